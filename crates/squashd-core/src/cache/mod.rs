@@ -1,0 +1,186 @@
+//! Byte-budgeted concurrent block caches with single-flight loads and counters.
+//!
+//! Built on quick_cache: a hit takes one shard's read lock and clones an `Arc`, so hits never
+//! serialize readers of different shards and never wait on I/O. A miss installs a placeholder
+//! for its key, loads with no lock held, and wakes only the readers waiting for that key. A load
+//! that fails drops its placeholder: the next reader tries again, so nothing is poisoned.
+//!
+//! The cache knows nothing of SquashFS: keys are positions in an image, values are bytes.
+
+mod stats;
+
+pub use stats::{CacheCounters, CacheStats};
+
+use quick_cache::sync::{Cache, GuardResult};
+use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Identifies a block: which image, and the block's position in it. Images share caches (the
+/// daemon gives all its images one budget), so the image is part of the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    /// The image's cache identity (see [`next_image_id`]).
+    pub image: u32,
+    /// Position of the block in the image.
+    pub pos: u64,
+}
+
+/// A fresh identity for an image's blocks in shared caches.
+pub fn next_image_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A value a [`BlockCache`] can hold: cheap to clone, and with a size in bytes.
+pub trait CacheValue: Clone + Send + Sync + 'static {
+    /// Bytes this value occupies, counted against the cache's budget.
+    fn weight(&self) -> u64;
+}
+
+impl CacheValue for Arc<[u8]> {
+    fn weight(&self) -> u64 {
+        self.len().max(1) as u64
+    }
+}
+
+#[derive(Clone)]
+struct ByteWeighter;
+
+impl<V: CacheValue> Weighter<BlockKey, V> for ByteWeighter {
+    fn weight(&self, _key: &BlockKey, val: &V) -> u64 {
+        val.weight()
+    }
+}
+
+#[derive(Clone)]
+struct CountEvictions(Arc<CacheCounters>);
+
+impl<V> Lifecycle<BlockKey, V> for CountEvictions {
+    type RequestState = ();
+
+    fn on_evict(&self, _state: &mut (), _key: BlockKey, _val: V) {
+        self.0.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+type Inner<V> = Cache<BlockKey, V, ByteWeighter, DefaultHashBuilder, CountEvictions>;
+
+/// A concurrent cache of blocks bounded in bytes. A budget of zero disables caching: every
+/// access loads (and is counted as a miss).
+pub struct BlockCache<V: CacheValue> {
+    cache: Option<Inner<V>>,
+    counters: Arc<CacheCounters>,
+    capacity: u64,
+}
+
+impl<V: CacheValue> BlockCache<V> {
+    /// A cache of at most `capacity` bytes whose values weigh at most `max_value` bytes.
+    ///
+    /// quick_cache splits the budget evenly between shards and cannot hold a value heavier than
+    /// one shard, so the shard count is chosen to leave each shard room for several of the
+    /// largest values.
+    pub fn new(capacity: u64, max_value: u64) -> Self {
+        let counters = Arc::new(CacheCounters::default());
+        let cache = (capacity > 0).then(|| {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let by_room = (capacity / (max_value.max(1) * 4)).max(1) as usize;
+            let shards = by_room.min(cores * 4).max(1);
+            let shards = 1usize << shards.ilog2();
+            let average = (max_value / 2).max(1);
+            let options = OptionsBuilder::new()
+                .shards(shards)
+                .estimated_items_capacity((capacity / average).clamp(16, 1 << 20) as usize)
+                .weight_capacity(capacity)
+                .build()
+                .expect("cache options are complete");
+            Cache::with_options(
+                options,
+                ByteWeighter,
+                DefaultHashBuilder::default(),
+                CountEvictions(counters.clone()),
+            )
+        });
+        BlockCache {
+            cache,
+            counters,
+            capacity,
+        }
+    }
+
+    /// The value for `key`, loading it with `load` on a miss. Concurrent misses on one key run
+    /// `load` once; the others wait for that key alone and share its result. If `load` fails,
+    /// its error is returned and nothing is cached.
+    pub fn get_or_load<E>(
+        &self,
+        key: BlockKey,
+        load: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        let c = &self.counters;
+        let Some(cache) = &self.cache else {
+            c.misses.fetch_add(1, Ordering::Relaxed);
+            return self.count_load(load);
+        };
+        if let Some(v) = cache.get(&key) {
+            c.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(v);
+        }
+        let started = Instant::now();
+        match cache.get_value_or_guard(&key, None) {
+            GuardResult::Value(v) => {
+                // Another reader loaded it while this one waited for that key.
+                c.hits.fetch_add(1, Ordering::Relaxed);
+                c.waits.fetch_add(1, Ordering::Relaxed);
+                c.wait_nanos
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                Ok(v)
+            }
+            GuardResult::Guard(guard) => {
+                c.misses.fetch_add(1, Ordering::Relaxed);
+                let v = self.count_load(load)?;
+                let _ = guard.insert(v.clone());
+                Ok(v)
+            }
+            GuardResult::Timeout => unreachable!("no timeout was given"),
+        }
+    }
+
+    fn count_load<E>(&self, load: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+        let result = load();
+        match &result {
+            Ok(v) => {
+                self.counters.loads.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .loaded_bytes
+                    .fetch_add(v.weight(), Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.counters.load_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    /// The value for `key` if it is cached; counts nothing.
+    pub fn peek(&self, key: &BlockKey) -> Option<V> {
+        self.cache.as_ref().and_then(|c| c.peek(key))
+    }
+
+    /// A snapshot of the counters and the bytes held.
+    pub fn stats(&self) -> CacheStats {
+        let (resident_bytes, entries) = self
+            .cache
+            .as_ref()
+            .map_or((0, 0), |c| (c.weight(), c.len() as u64));
+        self.counters
+            .snapshot(self.capacity, resident_bytes, entries)
+    }
+
+    /// Drops every cached value (counters are kept).
+    pub fn clear(&self) {
+        if let Some(c) = &self.cache {
+            c.clear();
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The three cache tiers an image reads through, and their budgets.
+
+use super::MetadataBlock;
+use crate::cache::BlockCache;
+use crate::format::{MAX_BLOCK_SIZE, METADATA_BLOCK_SIZE};
+use std::sync::Arc;
+
+/// Byte budgets of the cache tiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheBudgets {
+    /// Decompressed metadata blocks (inodes, directories, tables).
+    pub metadata_bytes: u64,
+    /// Decompressed data blocks and fragment blocks.
+    pub data_bytes: u64,
+    /// Compressed data blocks as read from the image: a second tier that saves the I/O (not the
+    /// decompression) of blocks evicted from the data tier. 0 disables it.
+    pub compressed_bytes: u64,
+}
+
+impl Default for CacheBudgets {
+    /// 64 MiB of metadata holds the inodes and directories of a ~500k-entry tree: dozens of
+    /// parallel walkers of a /usr-sized image never evict each other. 128 MiB of data keeps
+    /// 128 fragment-or-data blocks of 1 MiB (or 1024 of 128 KiB) for as many random readers.
+    fn default() -> Self {
+        CacheBudgets {
+            metadata_bytes: 64 << 20,
+            data_bytes: 128 << 20,
+            compressed_bytes: 0,
+        }
+    }
+}
+
+/// The cache tiers. One `Caches` may serve many images: keys carry the image's identity.
+pub struct Caches {
+    pub(crate) metadata: BlockCache<MetadataBlock>,
+    pub(crate) data: BlockCache<Arc<[u8]>>,
+    pub(crate) compressed: BlockCache<Arc<[u8]>>,
+    budgets: CacheBudgets,
+}
+
+impl Caches {
+    /// Caches with the given budgets.
+    pub fn new(budgets: &CacheBudgets) -> Self {
+        Caches {
+            metadata: BlockCache::new(budgets.metadata_bytes, METADATA_BLOCK_SIZE as u64 + 64),
+            data: BlockCache::new(budgets.data_bytes, MAX_BLOCK_SIZE as u64),
+            compressed: BlockCache::new(budgets.compressed_bytes, MAX_BLOCK_SIZE as u64),
+            budgets: *budgets,
+        }
+    }
+
+    /// The budgets these caches were made with.
+    pub fn budgets(&self) -> CacheBudgets {
+        self.budgets
+    }
+
+    /// Drops every cached block of every tier (counters are kept).
+    pub fn clear(&self) {
+        self.metadata.clear();
+        self.data.clear();
+        self.compressed.clear();
+    }
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches")
+            .field("budgets", &self.budgets)
+            .finish()
+    }
+}

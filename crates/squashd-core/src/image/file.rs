@@ -1,0 +1,246 @@
+//! Reading a regular file: its block list, mapped to positions once at open, then reads that
+//! fetch data blocks and the tail-end fragment through the data cache.
+
+use super::inode::{Inode, InodeDetail};
+use super::metadata::MetadataCursor;
+use super::Image;
+use crate::error::{Error, Result};
+use crate::format::inode::FileBody;
+use crate::format::DataBlockSize;
+use std::sync::Arc;
+
+/// The positions of a file's data blocks.
+struct BlockMap {
+    /// Image position of each block.
+    starts: Vec<u64>,
+    /// Size word of each block.
+    sizes: Vec<DataBlockSize>,
+}
+
+/// A regular file opened for reading. Cheap to clone; safe to read from many threads.
+#[derive(Clone)]
+pub struct FileReader {
+    image: Image,
+    body: FileBody,
+    blocks: Arc<BlockMap>,
+    number: u32,
+}
+
+impl std::fmt::Debug for FileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileReader")
+            .field("inode", &self.number)
+            .field("size", &self.body.file_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileReader {
+    pub(crate) fn open(image: Image, inode: &Inode) -> Result<Self> {
+        let inner = &image.inner;
+        let (body, at) = match &inode.detail {
+            InodeDetail::File {
+                body,
+                block_list_at,
+            } => (body.clone(), *block_list_at),
+            InodeDetail::Directory { .. } => {
+                return Err(Error::IsADirectory {
+                    image: inner.name.clone(),
+                    path: format!("inode {}", inode.number),
+                })
+            }
+            _ => {
+                return Err(Error::InvalidInput {
+                    image: inner.name.clone(),
+                    what: format!("inode {} is not a regular file", inode.number),
+                })
+            }
+        };
+        let sb = &inner.superblock;
+        let count = body.block_count(sb.block_size);
+        let mut cur = MetadataCursor::new(inner, sb.inode_table_start, at)?;
+        // Grows as sizes are read, so a hostile block count is bounded by the bytes really in
+        // the inode table, and each block must lie in the image.
+        let mut starts = Vec::with_capacity(count.min(1 << 16) as usize);
+        let mut sizes = Vec::with_capacity(count.min(1 << 16) as usize);
+        let mut pos = body.blocks_start;
+        for _ in 0..count {
+            let size = DataBlockSize::parse(cur.u32()?);
+            if size.stored_size > sb.block_size + 4096 {
+                return Err(inner.corrupt(
+                    cur.block_pos(),
+                    format!("file block of {} bytes on disk", size.stored_size),
+                ));
+            }
+            let end = pos + size.stored_size as u64;
+            if end > sb.bytes_used {
+                return Err(inner.corrupt(
+                    cur.block_pos(),
+                    format!(
+                        "inode {}: data block at {pos} runs past the image end",
+                        inode.number
+                    ),
+                ));
+            }
+            starts.push(pos);
+            sizes.push(size);
+            pos = end;
+        }
+        Ok(FileReader {
+            blocks: Arc::new(BlockMap { starts, sizes }),
+            image,
+            body,
+            number: inode.number,
+        })
+    }
+
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.body.file_size
+    }
+
+    /// The image's block size: the unit in which the file is stored and cached.
+    pub fn block_size(&self) -> u32 {
+        self.image.inner.superblock.block_size
+    }
+
+    /// Number of block-sized chunks the file has, counting a tail end kept in a fragment.
+    pub fn chunk_count(&self) -> u64 {
+        self.body.file_size.div_ceil(self.block_size() as u64)
+    }
+
+    /// The bytes of chunk `index` (the file's block-size-aligned piece `index`), decompressed
+    /// through the data cache: a full block, the last partial block, or the tail end.
+    pub fn chunk(&self, index: u64) -> Result<Chunk> {
+        let inner = &self.image.inner;
+        let bs = self.block_size() as u64;
+        let start = index * bs;
+        if start >= self.body.file_size {
+            return Err(Error::InvalidInput {
+                image: inner.name.clone(),
+                what: format!(
+                    "inode {}: chunk {index} is past the end of the file",
+                    self.number
+                ),
+            });
+        }
+        let len = (self.body.file_size - start).min(bs) as usize;
+        if let Some(&size) = self.blocks.sizes.get(index as usize) {
+            if size.is_sparse() {
+                return Ok(Chunk::Zeros(len));
+            }
+            let pos = self.blocks.starts[index as usize];
+            let data = inner.data_block(pos, size, bs as usize)?;
+            if data.len() != len {
+                return Err(inner.corrupt(
+                    pos,
+                    format!(
+                        "inode {}: block {index} holds {} bytes, expected {len}",
+                        self.number,
+                        data.len()
+                    ),
+                ));
+            }
+            return Ok(Chunk::Data {
+                data,
+                start: 0,
+                len,
+            });
+        }
+        // The tail end, kept in a fragment block.
+        if !self.body.has_fragment() {
+            return Err(inner.corrupt(
+                0,
+                format!("inode {}: block list is shorter than the file", self.number),
+            ));
+        }
+        let frag = inner.fragment(self.body.fragment_index)?;
+        if frag.size.stored_size as u64 + frag.start > inner.superblock.bytes_used {
+            return Err(inner.corrupt(frag.start, "fragment block runs past the image end"));
+        }
+        let data = inner.data_block(frag.start, frag.size, bs as usize)?;
+        let offset = self.body.fragment_offset as usize;
+        if offset.checked_add(len).is_none_or(|end| end > data.len()) {
+            return Err(inner.corrupt(
+                frag.start,
+                format!(
+                    "inode {}: tail end of {len} bytes at {offset} is outside its {}-byte fragment",
+                    self.number,
+                    data.len()
+                ),
+            ));
+        }
+        Ok(Chunk::Data {
+            data,
+            start: offset,
+            len,
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = self.body.file_size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let end = size.min(offset.saturating_add(buf.len() as u64));
+        let bs = self.block_size() as u64;
+        let mut pos = offset;
+        while pos < end {
+            let chunk = self.chunk(pos / bs)?;
+            let within = (pos % bs) as usize;
+            let n = ((end - pos) as usize).min(chunk.len() - within);
+            let out = &mut buf[(pos - offset) as usize..][..n];
+            match &chunk {
+                Chunk::Zeros(_) => out.fill(0),
+                Chunk::Data { .. } => out.copy_from_slice(&chunk.bytes()[within..within + n]),
+            }
+            pos += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+}
+
+/// A block-sized piece of a file.
+#[derive(Debug, Clone)]
+pub enum Chunk {
+    /// A hole: this many zero bytes.
+    Zeros(usize),
+    /// Bytes `start..start + len` of a cached block.
+    Data {
+        /// The cached block (a data block, or a fragment block holding several tail ends).
+        data: Arc<[u8]>,
+        /// Where this file's bytes start in it.
+        start: usize,
+        /// How many bytes are this file's.
+        len: usize,
+    },
+}
+
+impl Chunk {
+    /// Length of the chunk in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Chunk::Zeros(n) => *n,
+            Chunk::Data { len, .. } => *len,
+        }
+    }
+
+    /// Whether the chunk is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the chunk is a hole.
+    pub fn is_hole(&self) -> bool {
+        matches!(self, Chunk::Zeros(_))
+    }
+
+    /// The chunk's bytes; empty for a hole (use [`Chunk::len`] and write zeros).
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Zeros(_) => &[],
+            Chunk::Data { data, start, len } => &data[*start..*start + *len],
+        }
+    }
+}

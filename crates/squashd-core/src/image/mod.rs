@@ -1,0 +1,445 @@
+//! The library's API: an opened SquashFS image that many threads read at once.
+//!
+//! `Image` is a cheap handle (an `Arc`); every method takes `&self`. Opening reads the superblock
+//! and the compressor options only; tables are loaded on first use and their entries are read
+//! through the metadata cache, so nothing at open grows with the number of files.
+
+mod caches;
+mod dir;
+mod file;
+mod inode;
+mod metadata;
+mod tables;
+mod xattr;
+
+pub use caches::{CacheBudgets, Caches};
+pub use dir::DirEntry;
+pub use file::{Chunk, FileReader};
+pub use inode::{Inode, InodeId};
+pub use xattr::Xattr;
+
+use crate::cache::{next_image_id, CacheStats};
+use crate::compress::decompress;
+use crate::error::{Error, Result};
+use crate::format::superblock::{Flags, Superblock, SUPERBLOCK_SIZE};
+use crate::format::{compressor_options::CompressorOptions, FormatError, MetadataHeader};
+use crate::format::{DataBlockSize, METADATA_BLOCK_SIZE};
+use crate::source::{FileSource, Source};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// How to open an image.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Byte offset of the image in the file (an AppImage or SIF container holds one inside).
+    pub offset: u64,
+    /// Cache budgets, used when `caches` is `None`.
+    pub budgets: CacheBudgets,
+    /// Caches shared with other images (one budget for many images); `None` gives this image
+    /// caches of its own sized by `budgets`.
+    pub caches: Option<Arc<Caches>>,
+}
+
+/// Counters of one image: its caches and the bytes it read from its source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImageStats {
+    /// Decompressed metadata blocks (inodes, directories, tables).
+    pub metadata: CacheStats,
+    /// Decompressed data blocks and fragments.
+    pub data: CacheStats,
+    /// Compressed data blocks (the optional tier; zero budget when disabled).
+    pub compressed: CacheStats,
+    /// Bytes read from the image's source.
+    pub bytes_read: u64,
+    /// Reads issued to the image's source.
+    pub reads: u64,
+}
+
+/// An opened SquashFS image. Clone it freely: clones share caches and tables.
+#[derive(Clone)]
+pub struct Image {
+    inner: Arc<ImageInner>,
+}
+
+pub(crate) struct ImageInner {
+    name: Arc<str>,
+    source: Box<dyn Source>,
+    offset: u64,
+    superblock: Superblock,
+    compressor_options: Option<CompressorOptions>,
+    cache_id: u32,
+    caches: Arc<Caches>,
+    bytes_read: AtomicU64,
+    reads: AtomicU64,
+    ids: OnceLock<Vec<u32>>,
+    fragment_index: OnceLock<Vec<u64>>,
+    export_index: OnceLock<Vec<u64>>,
+    xattr_table: OnceLock<tables::XattrTable>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("name", &self.inner.name)
+            .field("offset", &self.inner.offset)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Image {
+    /// Opens the image file at `path`.
+    pub fn open(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Image> {
+        let path = path.as_ref();
+        let name: Arc<str> = path.display().to_string().into();
+        let source = FileSource::open(path).map_err(|source| Error::Open {
+            image: name.clone(),
+            source,
+        })?;
+        Self::from_source(Box::new(source), name, options)
+    }
+
+    /// Opens an image read from `source`, calling it `name` in errors.
+    pub fn from_source(
+        source: Box<dyn Source>,
+        name: Arc<str>,
+        options: &OpenOptions,
+    ) -> Result<Image> {
+        let file_len = source.len().map_err(|source| Error::Open {
+            image: name.clone(),
+            source,
+        })?;
+        let image_len = file_len
+            .checked_sub(options.offset)
+            .ok_or_else(|| Error::Corrupt {
+                image: name.clone(),
+                offset: options.offset,
+                what: format!(
+                    "offset {} is past the end of the {file_len}-byte file",
+                    options.offset
+                ),
+            })?;
+        let caches = options
+            .caches
+            .clone()
+            .unwrap_or_else(|| Arc::new(Caches::new(&options.budgets)));
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        let inner = ImageInner {
+            name: name.clone(),
+            source,
+            offset: options.offset,
+            superblock: placeholder_superblock(),
+            compressor_options: None,
+            cache_id: next_image_id(),
+            caches,
+            bytes_read: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            ids: OnceLock::new(),
+            fragment_index: OnceLock::new(),
+            export_index: OnceLock::new(),
+            xattr_table: OnceLock::new(),
+        };
+        if image_len < SUPERBLOCK_SIZE as u64 {
+            return Err(inner.corrupt(
+                0,
+                format!("{image_len} bytes is too small for a SquashFS image"),
+            ));
+        }
+        inner.read_raw(0, &mut raw)?;
+        let superblock =
+            Superblock::parse(&raw, image_len).map_err(|e| inner.format_error(0, e))?;
+        let mut inner = ImageInner {
+            superblock,
+            ..inner
+        };
+        if inner.superblock.flags.has(Flags::COMPRESSOR_OPTIONS) {
+            let block = inner.metadata_block(SUPERBLOCK_SIZE as u64)?;
+            let options = CompressorOptions::parse(inner.superblock.compressor, &block.data)
+                .map_err(|e| inner.format_error(SUPERBLOCK_SIZE as u64, e))?;
+            inner.compressor_options = Some(options);
+        }
+        Ok(Image {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The image's name (the path it was opened from).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The byte offset of the image in its file.
+    pub fn offset(&self) -> u64 {
+        self.inner.offset
+    }
+
+    /// The parsed superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.superblock
+    }
+
+    /// The compressor options the image was made with, if it records them.
+    pub fn compressor_options(&self) -> Option<&CompressorOptions> {
+        self.inner.compressor_options.as_ref()
+    }
+
+    /// The caches this image uses (possibly shared with other images).
+    pub fn caches(&self) -> &Arc<Caches> {
+        &self.inner.caches
+    }
+
+    /// Counters of the caches and of the bytes read from the source. With shared caches, the
+    /// cache counters are those of all images sharing them.
+    pub fn stats(&self) -> ImageStats {
+        let c = &self.inner.caches;
+        ImageStats {
+            metadata: c.metadata.stats(),
+            data: c.data.stats(),
+            compressed: c.compressed.stats(),
+            bytes_read: self.inner.bytes_read.load(Ordering::Relaxed),
+            reads: self.inner.reads.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The id of the root directory's inode.
+    pub fn root_id(&self) -> InodeId {
+        InodeId::from_ref(self.inner.superblock.root_inode)
+    }
+
+    /// The root directory's inode.
+    pub fn root(&self) -> Result<Inode> {
+        self.inode(self.root_id())
+    }
+
+    /// Reads the inode `id` (from a directory entry, or [`Image::root_id`]).
+    pub fn inode(&self, id: InodeId) -> Result<Inode> {
+        inode::load(&self.inner, id)
+    }
+
+    /// The inode with inode number `number`, found through the export table (only images made
+    /// with `-exportable` have one).
+    pub fn inode_by_number(&self, number: u32) -> Result<Inode> {
+        let id = self.inner.export_lookup(number)?;
+        let inode = self.inode(id)?;
+        if inode.number != number {
+            return Err(self.inner.corrupt(
+                0,
+                format!("export table maps inode {number} to inode {}", inode.number),
+            ));
+        }
+        Ok(inode)
+    }
+
+    /// The entries of directory `dir`, in the image's (sorted) order, without "." and "..".
+    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        dir::read_dir(&self.inner, dir)
+    }
+
+    /// The entry `name` of directory `dir`, using the directory index of large directories.
+    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>> {
+        dir::lookup(&self.inner, dir, name)
+    }
+
+    /// The inode at `path` (components separated by '/', relative to the root; empty or "/" is
+    /// the root). Symlinks are not followed.
+    pub fn resolve_path(&self, path: &[u8]) -> Result<Inode> {
+        dir::resolve_path(&self.inner, path)
+    }
+
+    /// The target of symlink `inode`.
+    pub fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
+        inode
+            .symlink_target()
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| Error::InvalidInput {
+                image: self.inner.name.clone(),
+                what: format!("inode {} is not a symbolic link", inode.number),
+            })
+    }
+
+    /// The extended attributes of `inode`, with full names ("user.foo").
+    pub fn xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
+        xattr::read_xattrs(&self.inner, inode)
+    }
+
+    /// A reader of regular file `inode`'s contents. It holds the file's block list, so open it
+    /// once per file and read through it many times.
+    pub fn open_file(&self, inode: &Inode) -> Result<FileReader> {
+        FileReader::open(self.clone(), inode)
+    }
+
+    /// Reads up to `buf.len()` bytes of `inode`'s contents at `offset`; returns how many were
+    /// read (0 at end of file). Opens the file each call: prefer [`Image::open_file`].
+    pub fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.open_file(inode)?.read_at(offset, buf)
+    }
+}
+
+fn placeholder_superblock() -> Superblock {
+    use crate::format::superblock::Compressor;
+    use crate::format::MetadataRef;
+    Superblock {
+        inode_count: 0,
+        modification_time: 0,
+        block_size: 0,
+        fragment_count: 0,
+        compressor: Compressor::Gzip,
+        block_log: 0,
+        flags: Flags(0),
+        id_count: 0,
+        version_major: 0,
+        version_minor: 0,
+        root_inode: MetadataRef {
+            block: 0,
+            offset: 0,
+        },
+        bytes_used: SUPERBLOCK_SIZE as u64,
+        id_table_start: 0,
+        xattr_id_table_start: 0,
+        inode_table_start: 0,
+        directory_table_start: 0,
+        fragment_table_start: 0,
+        export_table_start: 0,
+    }
+}
+
+/// A decompressed metadata block and the position of the block after it.
+#[derive(Clone)]
+pub(crate) struct MetadataBlock {
+    pub(crate) data: Arc<[u8]>,
+    pub(crate) next: u64,
+}
+
+impl crate::cache::CacheValue for MetadataBlock {
+    fn weight(&self) -> u64 {
+        self.data.len() as u64 + 64
+    }
+}
+
+impl ImageInner {
+    pub(crate) fn corrupt(&self, offset: u64, what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            image: self.name.clone(),
+            offset: self.offset + offset,
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn format_error(&self, offset: u64, e: FormatError) -> Error {
+        match e {
+            FormatError::Unsupported(what) => Error::Unsupported {
+                image: self.name.clone(),
+                what,
+            },
+            other => self.corrupt(offset, other.to_string()),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at image position `pos`, which must lie within the image.
+    pub(crate) fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let end = pos.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > self.superblock.bytes_used) {
+            return Err(self.corrupt(
+                pos,
+                format!(
+                    "{} bytes at {pos} run past the image end {}",
+                    buf.len(),
+                    self.superblock.bytes_used
+                ),
+            ));
+        }
+        self.read_raw(pos, buf)
+    }
+
+    fn read_raw(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        let abs = self.offset + pos;
+        self.source
+            .read_exact_at(buf, abs)
+            .map_err(|source| Error::Io {
+                image: self.name.clone(),
+                offset: abs,
+                len: buf.len(),
+                source,
+            })
+    }
+
+    fn key(&self, pos: u64) -> crate::cache::BlockKey {
+        crate::cache::BlockKey {
+            image: self.cache_id,
+            pos,
+        }
+    }
+
+    /// The decompressed metadata block at image position `pos`, through the metadata cache.
+    pub(crate) fn metadata_block(&self, pos: u64) -> Result<MetadataBlock> {
+        self.caches.metadata.get_or_load(self.key(pos), || {
+            let avail = self.superblock.bytes_used.saturating_sub(pos);
+            if avail < 3 {
+                return Err(self.corrupt(pos, "metadata block starts past the image end"));
+            }
+            let mut raw = vec![0u8; avail.min(2 + METADATA_BLOCK_SIZE as u64) as usize];
+            self.read_at(pos, &mut raw)?;
+            let header = MetadataHeader::parse(u16::from_le_bytes([raw[0], raw[1]]))
+                .map_err(|e| self.format_error(pos, e))?;
+            let end = 2 + header.stored_size as usize;
+            if end > raw.len() {
+                return Err(self.corrupt(pos, "metadata block runs past the image end"));
+            }
+            let data: Arc<[u8]> = if header.compressed {
+                let mut out = vec![0u8; METADATA_BLOCK_SIZE];
+                let n = decompress(self.superblock.compressor, &raw[2..end], &mut out)
+                    .map_err(|e| self.corrupt(pos, format!("metadata block: {e}")))?;
+                out.truncate(n);
+                out.into()
+            } else {
+                raw[2..end].into()
+            };
+            Ok(MetadataBlock {
+                data,
+                next: pos + end as u64,
+            })
+        })
+    }
+
+    /// The decompressed data block or fragment block at `pos`, through the data cache (and the
+    /// compressed tier when it has a budget). `max_len` bounds what it may decompress to.
+    pub(crate) fn data_block(
+        &self,
+        pos: u64,
+        size: DataBlockSize,
+        max_len: usize,
+    ) -> Result<Arc<[u8]>> {
+        let key = self.key(pos);
+        self.caches.data.get_or_load(key, || {
+            let stored = size.stored_size as usize;
+            if !size.compressed && stored > max_len {
+                return Err(self.corrupt(
+                    pos,
+                    format!("uncompressed block of {stored} bytes exceeds {max_len}"),
+                ));
+            }
+            if stored > self.superblock.block_size as usize + 4096 {
+                return Err(self.corrupt(
+                    pos,
+                    format!("data block stored in {stored} bytes, more than a block"),
+                ));
+            }
+            let raw = self.caches.compressed.get_or_load(key, || {
+                let mut raw = vec![0u8; stored];
+                self.read_at(pos, &mut raw)?;
+                Ok::<Arc<[u8]>, Error>(raw.into())
+            })?;
+            if !size.compressed {
+                return Ok(raw);
+            }
+            let mut out = vec![0u8; max_len];
+            let n = decompress(self.superblock.compressor, &raw, &mut out)
+                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
+            out.truncate(n);
+            Ok(out.into())
+        })
+    }
+}

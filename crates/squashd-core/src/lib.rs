@@ -1,0 +1,38 @@
+//! squashd-core: a SquashFS 4.0 reader built for many threads reading many images at once.
+//!
+//! Layers, bottom up: [`source`] (positioned reads, no seek lock), [`format`] (pure parsing of
+//! on-disk structures), [`compress`] (the six codecs, per-thread contexts), [`cache`]
+//! (byte-budgeted single-flight caches with counters), and [`Image`], the API the tools, the
+//! FUSE adapter and the daemon use.
+//!
+//! ```no_run
+//! use squashd_core::{Image, OpenOptions};
+//! let image = Image::open("usr.sqfs", &OpenOptions::default())?;
+//! let root = image.root()?;
+//! for entry in image.read_dir(&root)? {
+//!     println!("{}", String::from_utf8_lossy(&entry.name));
+//! }
+//! let file = image.resolve_path(b"bin/ls")?;
+//! let mut buf = vec![0; 4096];
+//! let n = image.open_file(&file)?.read_at(0, &mut buf)?;
+//! # Ok::<(), squashd_core::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod cache;
+pub mod compress;
+mod error;
+pub mod format;
+mod image;
+pub mod source;
+
+pub use cache::CacheStats;
+pub use error::{Error, ErrorKind, Result};
+pub use format::compressor_options::CompressorOptions;
+pub use format::inode::FileKind;
+pub use format::superblock::{Compressor, Flags, Superblock};
+pub use image::{
+    CacheBudgets, Caches, Chunk, DirEntry, FileReader, Image, ImageStats, Inode, InodeId,
+    OpenOptions, Xattr,
+};

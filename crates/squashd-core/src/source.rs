@@ -1,0 +1,61 @@
+//! Where image bytes come from. A [`Source`] answers positioned reads from any number of threads
+//! at once: there is no file position, so there is no seek lock.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Positioned, thread-safe reads of an image's bytes.
+pub trait Source: Send + Sync {
+    /// Fills `buf` from absolute position `pos`; fails if fewer bytes are available.
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()>;
+    /// Current length of the underlying file in bytes.
+    fn len(&self) -> std::io::Result<u64>;
+    /// Whether the source is empty.
+    fn is_empty(&self) -> std::io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+/// A local file read with `pread(2)`, counting the bytes it reads.
+#[derive(Debug)]
+pub struct FileSource {
+    file: File,
+    bytes_read: AtomicU64,
+    reads: AtomicU64,
+}
+
+impl FileSource {
+    /// Opens `path` read-only.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        Ok(FileSource {
+            file: File::open(path)?,
+            bytes_read: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+        })
+    }
+
+    /// Bytes read from the file so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Number of reads issued so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
+impl Source for FileSource {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.file.read_exact_at(buf, pos)
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}

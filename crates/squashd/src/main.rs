@@ -1,1 +1,57 @@
-fn main() {}
+//! squashd: serve SquashFS images fast. This binary is thin glue: argument parsing and
+//! printing; the work is done by squashd-core (reading images) and squashd-fuse (mounting).
+
+mod cli;
+mod size;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Serve SquashFS images to many parallel readers: inspect and extract them offline, mount them
+/// with FUSE, or serve many from one daemon.
+#[derive(Parser)]
+#[command(name = "squashd", version, propagate_version = true)]
+#[command(after_help = "Exit status: 0 on success, 1 when an operation failed (bad image, missing path, I/O error), 2 on a usage error.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the superblock: compressor and its options, counts, sizes and flags.
+    Info(cli::info::Args),
+    /// List a directory of an image (like `unsquashfs -ls` / `-lls`).
+    Ls(cli::ls::Args),
+    /// Show the inode of one path (type, mode, owner, size, times, links, xattrs).
+    Stat(cli::stat::Args),
+    /// Write the contents of files in an image to standard output.
+    Cat(cli::cat::Args),
+    /// List the extended attributes of a path, with their values.
+    Xattr(cli::xattr::Args),
+    /// Extract an image (or some of its paths) into a directory, in parallel.
+    Extract(cli::extract::Args),
+    /// Walk an image from many threads in-process and report time and cache counters.
+    #[command(hide = true)]
+    Walk(cli::walk::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => cli::info::run(a),
+        Command::Ls(a) => cli::ls::run(a),
+        Command::Stat(a) => cli::stat::run(a),
+        Command::Cat(a) => cli::cat::run(a),
+        Command::Xattr(a) => cli::xattr::run(a),
+        Command::Extract(a) => cli::extract::run(a),
+        Command::Walk(a) => cli::walk::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            cli::report_error(&e);
+            ExitCode::from(1)
+        }
+    }
+}

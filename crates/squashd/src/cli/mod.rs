@@ -1,0 +1,56 @@
+//! The offline subcommands, and what they share: how an image is named and opened.
+
+pub mod cat;
+pub mod extract;
+pub mod info;
+pub mod ls;
+pub mod stat;
+pub mod walk;
+pub mod xattr;
+
+use crate::size::parse_size;
+use squashd_core::{CacheBudgets, Image, OpenOptions};
+use std::path::PathBuf;
+
+/// The image operand and the options every subcommand takes to open it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ImageArgs {
+    /// The SquashFS image file.
+    pub image: PathBuf,
+    /// Byte offset of the image in the file (for AppImages and Apptainer SIF files).
+    #[arg(long, short = 'o', default_value_t = 0, value_name = "BYTES")]
+    pub offset: u64,
+    /// Budget of the decompressed metadata cache, e.g. 64MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub metadata_cache: Option<u64>,
+    /// Budget of the decompressed data cache, e.g. 256MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub data_cache: Option<u64>,
+}
+
+impl ImageArgs {
+    /// Opens the image with the options given.
+    pub fn open(&self) -> anyhow::Result<Image> {
+        let defaults = CacheBudgets::default();
+        let options = OpenOptions {
+            offset: self.offset,
+            budgets: CacheBudgets {
+                metadata_bytes: self.metadata_cache.unwrap_or(defaults.metadata_bytes),
+                data_bytes: self.data_cache.unwrap_or(defaults.data_bytes),
+                compressed_bytes: 0,
+            },
+            caches: None,
+        };
+        Ok(Image::open(&self.image, &options)?)
+    }
+}
+
+/// Prints an error as one line on stderr: "squashd: <what went wrong>".
+pub fn report_error(e: &anyhow::Error) {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+    }
+    eprintln!("squashd: {line}");
+}

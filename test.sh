@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every test of squashd: formatting, lints, unit and integration tests (real mksquashfs
+# images, real unsquashfs, real FUSE mounts where /dev/fuse is usable).
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo test --workspace --release

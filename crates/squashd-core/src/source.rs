@@ -5,6 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Positioned, thread-safe reads of an image's bytes.
 pub trait Source: Send + Sync {
@@ -57,5 +58,58 @@ impl Source for FileSource {
 
     fn len(&self) -> std::io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+}
+
+/// An image held in memory: tests, fuzzing, and images fetched whole from elsewhere.
+///
+/// ```
+/// use squashd_core::source::{MemorySource, Source};
+/// let source = MemorySource::new(vec![1u8, 2, 3]);
+/// let mut buf = [0u8; 2];
+/// source.read_exact_at(&mut buf, 1).unwrap();
+/// assert_eq!(buf, [2, 3]);
+/// assert!(source.read_exact_at(&mut buf, 2).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemorySource {
+    bytes: Arc<[u8]>,
+}
+
+impl MemorySource {
+    /// A source reading from `bytes`.
+    pub fn new(bytes: impl Into<Arc<[u8]>>) -> Self {
+        MemorySource {
+            bytes: bytes.into(),
+        }
+    }
+
+    /// The bytes it reads from.
+    pub fn bytes(&self) -> &Arc<[u8]> {
+        &self.bytes
+    }
+}
+
+impl Source for MemorySource {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        let slice = usize::try_from(pos)
+            .ok()
+            .and_then(|start| self.bytes.get(start..start.checked_add(buf.len())?))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} bytes at {pos} run past the end of a {}-byte buffer",
+                        buf.len(),
+                        self.bytes.len()
+                    ),
+                )
+            })?;
+        buf.copy_from_slice(slice);
+        Ok(())
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.bytes.len() as u64)
     }
 }

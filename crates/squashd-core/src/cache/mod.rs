@@ -13,7 +13,7 @@ pub use stats::{CacheCounters, CacheStats};
 
 use quick_cache::sync::{Cache, GuardResult};
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -111,34 +111,40 @@ impl<V: CacheValue> BlockCache<V> {
 
     /// The value for `key`, loading it with `load` on a miss. Concurrent misses on one key run
     /// `load` once; the others wait for that key alone and share its result. If `load` fails,
-    /// its error is returned and nothing is cached.
+    /// its error is returned and nothing is cached. Every event is counted in the cache's
+    /// counters and in `also` (an image's own counters when images share the cache).
     pub fn get_or_load<E>(
         &self,
         key: BlockKey,
+        also: Option<&CacheCounters>,
         load: impl FnOnce() -> Result<V, E>,
     ) -> Result<V, E> {
-        let c = &self.counters;
+        let count = |event: fn(&CacheCounters) -> &AtomicU64, n: u64| {
+            event(&self.counters).fetch_add(n, Ordering::Relaxed);
+            if let Some(also) = also {
+                event(also).fetch_add(n, Ordering::Relaxed);
+            }
+        };
         let Some(cache) = &self.cache else {
-            c.misses.fetch_add(1, Ordering::Relaxed);
-            return self.count_load(load);
+            count(|c| &c.misses, 1);
+            return Self::counted_load(load, count);
         };
         if let Some(v) = cache.get(&key) {
-            c.hits.fetch_add(1, Ordering::Relaxed);
+            count(|c| &c.hits, 1);
             return Ok(v);
         }
         let started = Instant::now();
         match cache.get_value_or_guard(&key, None) {
             GuardResult::Value(v) => {
                 // Another reader loaded it while this one waited for that key.
-                c.hits.fetch_add(1, Ordering::Relaxed);
-                c.waits.fetch_add(1, Ordering::Relaxed);
-                c.wait_nanos
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                count(|c| &c.hits, 1);
+                count(|c| &c.waits, 1);
+                count(|c| &c.wait_nanos, started.elapsed().as_nanos() as u64);
                 Ok(v)
             }
             GuardResult::Guard(guard) => {
-                c.misses.fetch_add(1, Ordering::Relaxed);
-                let v = self.count_load(load)?;
+                count(|c| &c.misses, 1);
+                let v = Self::counted_load(load, count)?;
                 let _ = guard.insert(v.clone());
                 Ok(v)
             }
@@ -146,18 +152,17 @@ impl<V: CacheValue> BlockCache<V> {
         }
     }
 
-    fn count_load<E>(&self, load: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+    fn counted_load<E>(
+        load: impl FnOnce() -> Result<V, E>,
+        count: impl Fn(fn(&CacheCounters) -> &AtomicU64, u64),
+    ) -> Result<V, E> {
         let result = load();
         match &result {
             Ok(v) => {
-                self.counters.loads.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .loaded_bytes
-                    .fetch_add(v.weight(), Ordering::Relaxed);
+                count(|c| &c.loads, 1);
+                count(|c| &c.loaded_bytes, v.weight());
             }
-            Err(_) => {
-                self.counters.load_failures.fetch_add(1, Ordering::Relaxed);
-            }
+            Err(_) => count(|c| &c.load_failures, 1),
         }
         result
     }

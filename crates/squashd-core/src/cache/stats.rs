@@ -16,7 +16,8 @@ pub struct CacheCounters {
 }
 
 impl CacheCounters {
-    pub(crate) fn snapshot(&self, capacity: u64, resident_bytes: u64, entries: u64) -> CacheStats {
+    /// A snapshot of these counters, with the occupancy figures given.
+    pub fn snapshot(&self, capacity: u64, resident_bytes: u64, entries: u64) -> CacheStats {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         CacheStats {
             capacity_bytes: capacity,

@@ -1,6 +1,6 @@
 //! The three cache tiers an image reads through, and their budgets.
 
-use super::MetadataBlock;
+use super::{ImageStats, MetadataBlock};
 use crate::cache::BlockCache;
 use crate::format::{MAX_BLOCK_SIZE, METADATA_BLOCK_SIZE};
 use std::sync::Arc;
@@ -52,6 +52,23 @@ impl Caches {
     /// The budgets these caches were made with.
     pub fn budgets(&self) -> CacheBudgets {
         self.budgets
+    }
+
+    /// Counters of every tier, summed over all the images these caches serve.
+    pub fn stats(&self) -> ImageStats {
+        ImageStats {
+            metadata: self.metadata.stats(),
+            data: self.data.stats(),
+            compressed: self.compressed.stats(),
+            bytes_read: 0,
+            reads: 0,
+        }
+    }
+
+    /// Bytes held now in all tiers.
+    pub fn resident_bytes(&self) -> u64 {
+        let s = self.stats();
+        s.metadata.resident_bytes + s.data.resident_bytes + s.compressed.resident_bytes
     }
 
     /// Drops every cached block of every tier (counters are kept).

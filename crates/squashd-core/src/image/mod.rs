@@ -18,7 +18,7 @@ pub use file::{Chunk, FileReader};
 pub use inode::{Inode, InodeId};
 pub use xattr::Xattr;
 
-use crate::cache::{next_image_id, CacheStats};
+use crate::cache::{next_image_id, CacheCounters, CacheStats};
 use crate::compress::decompress;
 use crate::error::{Error, Result};
 use crate::format::superblock::{Flags, Superblock, SUPERBLOCK_SIZE};
@@ -39,6 +39,14 @@ pub struct OpenOptions {
     /// Caches shared with other images (one budget for many images); `None` gives this image
     /// caches of its own sized by `budgets`.
     pub caches: Option<Arc<Caches>>,
+}
+
+/// This image's own share of the cache counters (the caches may serve other images too).
+#[derive(Debug, Default)]
+struct ImageCounters {
+    metadata: CacheCounters,
+    data: CacheCounters,
+    compressed: CacheCounters,
 }
 
 /// Counters of one image: its caches and the bytes it read from its source.
@@ -72,6 +80,7 @@ pub(crate) struct ImageInner {
     caches: Arc<Caches>,
     bytes_read: AtomicU64,
     reads: AtomicU64,
+    counters: ImageCounters,
     ids: OnceLock<Vec<u32>>,
     fragment_index: OnceLock<Vec<u64>>,
     export_index: OnceLock<Vec<u64>>,
@@ -134,6 +143,7 @@ impl Image {
             caches,
             bytes_read: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            counters: ImageCounters::default(),
             ids: OnceLock::new(),
             fragment_index: OnceLock::new(),
             export_index: OnceLock::new(),
@@ -188,14 +198,19 @@ impl Image {
         &self.inner.caches
     }
 
-    /// Counters of the caches and of the bytes read from the source. With shared caches, the
-    /// cache counters are those of all images sharing them.
+    /// This image's counters: its hits, misses, decompressions and waits in each cache tier,
+    /// and the bytes it read from its source. Capacity and residency are those of the caches,
+    /// which may be shared with other images (see [`Caches::stats`]).
     pub fn stats(&self) -> ImageStats {
-        let c = &self.inner.caches;
+        let caches = self.inner.caches.stats();
+        let own = &self.inner.counters;
+        let tier = |own: &CacheCounters, shared: CacheStats| {
+            own.snapshot(shared.capacity_bytes, shared.resident_bytes, shared.entries)
+        };
         ImageStats {
-            metadata: c.metadata.stats(),
-            data: c.data.stats(),
-            compressed: c.compressed.stats(),
+            metadata: tier(&own.metadata, caches.metadata),
+            data: tier(&own.data, caches.data),
+            compressed: tier(&own.compressed, caches.compressed),
             bytes_read: self.inner.bytes_read.load(Ordering::Relaxed),
             reads: self.inner.reads.load(Ordering::Relaxed),
         }
@@ -375,33 +390,35 @@ impl ImageInner {
 
     /// The decompressed metadata block at image position `pos`, through the metadata cache.
     pub(crate) fn metadata_block(&self, pos: u64) -> Result<MetadataBlock> {
-        self.caches.metadata.get_or_load(self.key(pos), || {
-            let avail = self.superblock.bytes_used.saturating_sub(pos);
-            if avail < 3 {
-                return Err(self.corrupt(pos, "metadata block starts past the image end"));
-            }
-            let mut raw = vec![0u8; avail.min(2 + METADATA_BLOCK_SIZE as u64) as usize];
-            self.read_at(pos, &mut raw)?;
-            let header = MetadataHeader::parse(u16::from_le_bytes([raw[0], raw[1]]))
-                .map_err(|e| self.format_error(pos, e))?;
-            let end = 2 + header.stored_size as usize;
-            if end > raw.len() {
-                return Err(self.corrupt(pos, "metadata block runs past the image end"));
-            }
-            let data: Arc<[u8]> = if header.compressed {
-                let mut out = vec![0u8; METADATA_BLOCK_SIZE];
-                let n = decompress(self.superblock.compressor, &raw[2..end], &mut out)
-                    .map_err(|e| self.corrupt(pos, format!("metadata block: {e}")))?;
-                out.truncate(n);
-                out.into()
-            } else {
-                raw[2..end].into()
-            };
-            Ok(MetadataBlock {
-                data,
-                next: pos + end as u64,
+        self.caches
+            .metadata
+            .get_or_load(self.key(pos), Some(&self.counters.metadata), || {
+                let avail = self.superblock.bytes_used.saturating_sub(pos);
+                if avail < 3 {
+                    return Err(self.corrupt(pos, "metadata block starts past the image end"));
+                }
+                let mut raw = vec![0u8; avail.min(2 + METADATA_BLOCK_SIZE as u64) as usize];
+                self.read_at(pos, &mut raw)?;
+                let header = MetadataHeader::parse(u16::from_le_bytes([raw[0], raw[1]]))
+                    .map_err(|e| self.format_error(pos, e))?;
+                let end = 2 + header.stored_size as usize;
+                if end > raw.len() {
+                    return Err(self.corrupt(pos, "metadata block runs past the image end"));
+                }
+                let data: Arc<[u8]> = if header.compressed {
+                    let mut out = vec![0u8; METADATA_BLOCK_SIZE];
+                    let n = decompress(self.superblock.compressor, &raw[2..end], &mut out)
+                        .map_err(|e| self.corrupt(pos, format!("metadata block: {e}")))?;
+                    out.truncate(n);
+                    out.into()
+                } else {
+                    raw[2..end].into()
+                };
+                Ok(MetadataBlock {
+                    data,
+                    next: pos + end as u64,
+                })
             })
-        })
     }
 
     /// The decompressed data block or fragment block at `pos`, through the data cache (and the
@@ -413,33 +430,39 @@ impl ImageInner {
         max_len: usize,
     ) -> Result<Arc<[u8]>> {
         let key = self.key(pos);
-        self.caches.data.get_or_load(key, || {
-            let stored = size.stored_size as usize;
-            if !size.compressed && stored > max_len {
-                return Err(self.corrupt(
-                    pos,
-                    format!("uncompressed block of {stored} bytes exceeds {max_len}"),
-                ));
-            }
-            if stored > self.superblock.block_size as usize + 4096 {
-                return Err(self.corrupt(
-                    pos,
-                    format!("data block stored in {stored} bytes, more than a block"),
-                ));
-            }
-            let raw = self.caches.compressed.get_or_load(key, || {
-                let mut raw = vec![0u8; stored];
-                self.read_at(pos, &mut raw)?;
-                Ok::<Arc<[u8]>, Error>(raw.into())
-            })?;
-            if !size.compressed {
-                return Ok(raw);
-            }
-            let mut out = vec![0u8; max_len];
-            let n = decompress(self.superblock.compressor, &raw, &mut out)
-                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
-            out.truncate(n);
-            Ok(out.into())
-        })
+        self.caches
+            .data
+            .get_or_load(key, Some(&self.counters.data), || {
+                let stored = size.stored_size as usize;
+                if !size.compressed && stored > max_len {
+                    return Err(self.corrupt(
+                        pos,
+                        format!("uncompressed block of {stored} bytes exceeds {max_len}"),
+                    ));
+                }
+                if stored > self.superblock.block_size as usize + 4096 {
+                    return Err(self.corrupt(
+                        pos,
+                        format!("data block stored in {stored} bytes, more than a block"),
+                    ));
+                }
+                let raw = self.caches.compressed.get_or_load(
+                    key,
+                    Some(&self.counters.compressed),
+                    || {
+                        let mut raw = vec![0u8; stored];
+                        self.read_at(pos, &mut raw)?;
+                        Ok::<Arc<[u8]>, Error>(raw.into())
+                    },
+                )?;
+                if !size.compressed {
+                    return Ok(raw);
+                }
+                let mut out = vec![0u8; max_len];
+                let n = decompress(self.superblock.compressor, &raw, &mut out)
+                    .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
+                out.truncate(n);
+                Ok(out.into())
+            })
     }
 }

@@ -1,10 +1,12 @@
 //! The offline subcommands, and what they share: how an image is named and opened.
 
 pub mod cat;
+pub mod display;
 pub mod extract;
 pub mod info;
 pub mod ls;
 pub mod stat;
+pub mod tree;
 pub mod walk;
 pub mod xattr;
 
@@ -45,12 +47,32 @@ impl ImageArgs {
     }
 }
 
+/// The error a command returns when it has already printed what went wrong (e.g. `cat` of
+/// several paths, some missing): the exit status becomes 1 and nothing more is printed.
+#[derive(Debug)]
+pub struct AlreadyReported;
+
+impl std::fmt::Display for AlreadyReported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("errors were reported")
+    }
+}
+
+impl std::error::Error for AlreadyReported {}
+
 /// Prints an error as one line on stderr: "squashd: <what went wrong>".
 pub fn report_error(e: &anyhow::Error) {
+    if e.is::<AlreadyReported>() {
+        return;
+    }
     let mut line = e.to_string();
     for cause in e.chain().skip(1) {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
+        // Library errors already print their source (thiserror's `{source}`): don't repeat it.
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
     }
     eprintln!("squashd: {line}");
 }

@@ -1,0 +1,225 @@
+//! How inodes are shown to people: `ls -l` mode strings, owner names from the local user and
+//! group databases, local times, and paths taken from the command line as raw bytes.
+
+use squashd_core::FileKind;
+use std::collections::HashMap;
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::RwLock;
+
+/// The 10-character mode string of `ls -l` (and unsquashfs -lls): type, then rwx triplets with
+/// setuid, setgid and sticky shown as s/S and t/T.
+pub fn mode_string(kind: FileKind, permissions: u16) -> [u8; 10] {
+    let p = permissions as u32;
+    let mut s = *b"----------";
+    s[0] = match kind {
+        FileKind::Directory => b'd',
+        FileKind::File => b'-',
+        FileKind::Symlink => b'l',
+        FileKind::BlockDevice => b'b',
+        FileKind::CharDevice => b'c',
+        FileKind::Fifo => b'p',
+        FileKind::Socket => b's',
+    };
+    let rwx = [(0o400, b'r'), (0o200, b'w'), (0o100, b'x')];
+    for (shift, slot) in [(0, 1), (3, 4), (6, 7)] {
+        for (i, (bit, c)) in rwx.iter().enumerate() {
+            if p & (bit >> shift) != 0 {
+                s[slot + i] = *c;
+            }
+        }
+    }
+    let special = [(0o4000, 3, b's', b'S'), (0o2000, 6, b's', b'S'), (0o1000, 9, b't', b'T')];
+    for (bit, at, with_x, without_x) in special {
+        if p & bit != 0 {
+            s[at] = if s[at] == b'x' { with_x } else { without_x };
+        }
+    }
+    s
+}
+
+/// A human word for a file kind, as stat(1) prints it.
+pub fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::Directory => "directory",
+        FileKind::File => "regular file",
+        FileKind::Symlink => "symbolic link",
+        FileKind::BlockDevice => "block special file",
+        FileKind::CharDevice => "character special file",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+    }
+}
+
+/// User and group names of numeric ids, looked up once each in the local databases (NSS) and
+/// cached: unsquashfs calls getpwuid for every entry, which is much of its listing time.
+#[derive(Default)]
+pub struct OwnerNames {
+    users: RwLock<HashMap<u32, Box<[u8]>>>,
+    groups: RwLock<HashMap<u32, Box<[u8]>>>,
+}
+
+impl OwnerNames {
+    /// Appends the user name of `uid` (its number when it has none) to `out`.
+    pub fn push_user(&self, uid: u32, out: &mut Vec<u8>) {
+        Self::push(&self.users, uid, user_name, out)
+    }
+
+    /// Appends the group name of `gid` (its number when it has none) to `out`.
+    pub fn push_group(&self, gid: u32, out: &mut Vec<u8>) {
+        Self::push(&self.groups, gid, group_name, out)
+    }
+
+    /// The user name of `uid`, if the local database has one.
+    pub fn user(&self, uid: u32) -> Option<String> {
+        user_name(uid).map(|n| String::from_utf8_lossy(&n).into_owned())
+    }
+
+    /// The group name of `gid`, if the local database has one.
+    pub fn group(&self, gid: u32) -> Option<String> {
+        group_name(gid).map(|n| String::from_utf8_lossy(&n).into_owned())
+    }
+
+    fn push(
+        map: &RwLock<HashMap<u32, Box<[u8]>>>,
+        id: u32,
+        lookup: fn(u32) -> Option<Vec<u8>>,
+        out: &mut Vec<u8>,
+    ) {
+        if let Some(name) = map.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            out.extend_from_slice(name);
+            return;
+        }
+        // unsquashfs 4.5 prints ids without a name with "%d".
+        let name = lookup(id)
+            .unwrap_or_else(|| (id as i32).to_string().into_bytes())
+            .into_boxed_slice();
+        out.extend_from_slice(&name);
+        map.write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, name);
+    }
+}
+
+fn user_name(uid: u32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: pwd and result are written by getpwuid_r, which reads and writes only within
+        // `buf` (of the length passed); the name is copied out before `buf` is dropped.
+        unsafe {
+            let mut pwd: libc::passwd = std::mem::zeroed();
+            let mut result: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            );
+            if rc == libc::ERANGE && buf.len() < 1 << 20 {
+                buf.resize(buf.len() * 2, 0);
+                continue;
+            }
+            if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
+                return None;
+            }
+            return Some(CStr::from_ptr(pwd.pw_name).to_bytes().to_vec());
+        }
+    }
+}
+
+fn group_name(gid: u32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: as in user_name, for getgrgid_r.
+        unsafe {
+            let mut grp: libc::group = std::mem::zeroed();
+            let mut result: *mut libc::group = std::ptr::null_mut();
+            let rc = libc::getgrgid_r(
+                gid,
+                &mut grp,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            );
+            if rc == libc::ERANGE && buf.len() < 1 << 20 {
+                buf.resize(buf.len() * 2, 0);
+                continue;
+            }
+            if rc != 0 || result.is_null() || grp.gr_name.is_null() {
+                return None;
+            }
+            return Some(CStr::from_ptr(grp.gr_name).to_bytes().to_vec());
+        }
+    }
+}
+
+/// Broken-down local time of `secs` since the epoch.
+pub fn local_time(secs: u32) -> libc::tm {
+    let t = secs as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which is a plain C struct; zeroed is a valid
+    // value for it.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    }
+}
+
+/// `YYYY-MM-DD HH:MM` in local time, as unsquashfs -lls prints it.
+pub fn minute_stamp(secs: u32) -> String {
+    let tm = local_time(secs);
+    format!(
+        "{}-{:02}-{:02} {:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min
+    )
+}
+
+/// `YYYY-MM-DD HH:MM:SS +ZZZZ` in local time, as stat(1) prints it (without sub-seconds,
+/// which squashfs does not keep).
+pub fn full_stamp(secs: u32) -> String {
+    let tm = local_time(secs);
+    let off = tm.tm_gmtoff;
+    let sign = if off < 0 { '-' } else { '+' };
+    let off = off.unsigned_abs();
+    format!(
+        "{}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        off / 3600,
+        off % 3600 / 60
+    )
+}
+
+/// A path operand as the bytes the library looks up (paths in images need not be UTF-8).
+pub fn path_bytes(path: &OsStr) -> &[u8] {
+    path.as_bytes()
+}
+
+/// A byte string shown in a message: lossy UTF-8, good enough for one line of diagnostics.
+pub fn shown(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_strings_match_ls() {
+        assert_eq!(&mode_string(FileKind::File, 0o4755), b"-rwsr-xr-x");
+        assert_eq!(&mode_string(FileKind::Directory, 0o1777), b"drwxrwxrwt");
+        assert_eq!(&mode_string(FileKind::Directory, 0o1776), b"drwxrwxrwT");
+        assert_eq!(&mode_string(FileKind::File, 0o2644), b"-rw-r-Sr--");
+        assert_eq!(&mode_string(FileKind::Symlink, 0o777), b"lrwxrwxrwx");
+        assert_eq!(&mode_string(FileKind::CharDevice, 0), b"c---------");
+    }
+}

@@ -1,0 +1,143 @@
+//! Runners for the reference tools, mksquashfs and unsquashfs (squashfs-tools 4.5.1), and
+//! [`Built`]: one fixture tree and the images made from it.
+
+use crate::tree::{build_tree, TreeOptions};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Runs `mksquashfs src out -noappend -quiet -no-progress <extra>`; panics with its output on
+/// failure.
+pub fn mksquashfs(src: &Path, out: &Path, extra: &[&str]) {
+    run(Command::new("mksquashfs")
+        .arg(src)
+        .arg(out)
+        .args(["-noappend", "-quiet", "-no-progress"])
+        .args(extra));
+}
+
+/// Runs `unsquashfs <args>` and returns its output; panics with its output on failure.
+pub fn unsquashfs<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run(Command::new("unsquashfs").args(args))
+}
+
+/// `unsquashfs -lls -UTC -d '' IMAGE`: the long listing, one line per entry, with paths
+/// relative to the root written as `/path` (the root itself as an empty path).
+pub fn unsquashfs_lls(image: &Path) -> String {
+    let out = unsquashfs(&[
+        OsStr::new("-lls"),
+        OsStr::new("-UTC"),
+        OsStr::new("-n"),
+        OsStr::new("-d"),
+        OsStr::new(""),
+        image.as_os_str(),
+    ]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `unsquashfs -s IMAGE`: the superblock report.
+pub fn unsquashfs_stat(image: &Path) -> String {
+    let out = unsquashfs(&[OsStr::new("-s"), image.as_os_str()]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `unsquashfs -q -n -d DEST IMAGE`: extracts the whole image to `dest` (which must not exist).
+/// As root it keeps owners, device nodes and all xattrs.
+pub fn unsquashfs_extract(image: &Path, dest: &Path) {
+    unsquashfs_extract_offset(image, 0, dest);
+}
+
+/// Like [`unsquashfs_extract`], for an image that starts `offset` bytes into its file.
+pub fn unsquashfs_extract_offset(image: &Path, offset: u64, dest: &Path) {
+    let offset = offset.to_string();
+    unsquashfs(&[
+        OsStr::new("-q"),
+        OsStr::new("-n"),
+        OsStr::new("-o"),
+        OsStr::new(&offset),
+        OsStr::new("-d"),
+        dest.as_os_str(),
+        image.as_os_str(),
+    ]);
+}
+
+/// One fixture tree in a temporary directory, and the images and extractions made from it.
+/// Everything is removed when it drops.
+pub struct Built {
+    /// The temporary directory holding everything.
+    pub dir: tempfile::TempDir,
+    /// The fixture tree.
+    pub src: PathBuf,
+    /// What the tree was built with.
+    pub opts: TreeOptions,
+    images: Mutex<HashMap<String, PathBuf>>,
+}
+
+impl Built {
+    /// Builds the fixture tree with `opts`. It lives on /dev/shm when that is a usable tmpfs
+    /// (tmpfs keeps xattr values over 4 KiB, which ext4 refuses), else in the system temp dir.
+    pub fn new(opts: &TreeOptions) -> Built {
+        let shm = Path::new("/dev/shm");
+        let dir = tempfile::Builder::new()
+            .prefix("squashd-test-")
+            .tempdir_in(shm)
+            .or_else(|_| tempfile::Builder::new().prefix("squashd-test-").tempdir())
+            .expect("create a temporary directory");
+        let src = dir.path().join("tree");
+        build_tree(&src, opts);
+        std::fs::create_dir(dir.path().join("images")).unwrap();
+        Built {
+            dir,
+            src,
+            opts: opts.clone(),
+            images: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The image `name` made by mksquashfs from the tree with the options `extra` (made on
+    /// first call; later calls with the same name return the same file).
+    pub fn image(&self, name: &str, extra: &[&str]) -> PathBuf {
+        let mut images = self.images.lock().unwrap();
+        if let Some(path) = images.get(name) {
+            return path.clone();
+        }
+        let path = self.dir.path().join("images").join(format!("{name}.sqfs"));
+        mksquashfs(&self.src, &path, extra);
+        images.insert(name.to_string(), path.clone());
+        path
+    }
+
+    /// Extracts `image` with unsquashfs into a fresh directory named after it, and returns it.
+    pub fn extract(&self, image: &Path) -> PathBuf {
+        let name = image.file_stem().unwrap().to_string_lossy();
+        let dest = self.dir.path().join(format!("extract-{name}"));
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest).unwrap();
+        }
+        unsquashfs_extract(image, &dest);
+        dest
+    }
+
+    /// A path in the temporary directory for a test's own files (not created).
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}

@@ -1,0 +1,100 @@
+//! `squashd extract`: an image, or some of its paths, into a directory, using every core.
+//!
+//! Two steps: [`plan`] walks the selected tree (in parallel) into lists of jobs whose paths are
+//! the destination joined with checked names; [`write`] creates them in a safe order:
+//! directories, file contents (in parallel), special files, symlinks, hard links, then the
+//! directories' own attributes, deepest first, once nothing more will be written inside them.
+
+mod plan;
+mod write;
+
+use super::display::path_bytes;
+use super::tree::init_thread_pool;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Arguments of `squashd extract`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Keeps modes, mtimes, symlinks, hard links and extended attributes; as root also owners and \
+device nodes (otherwise devices are skipped with a warning). Given PATHs, extracts those \
+(under the same relative paths in DIR, with the directories leading to them). Nothing is \
+ever written outside DIR, whatever the image holds. A progress bar is shown when stderr is \
+a terminal.")]
+pub struct Args {
+    #[command(flatten)]
+    image: super::ImageArgs,
+    /// Paths in the image to extract (files or whole directories); everything when omitted.
+    paths: Vec<OsString>,
+    /// Directory to extract into; it must not exist unless -f is given.
+    #[arg(short = 'd', long = "dest", default_value = "squashfs-root", value_name = "DIR")]
+    dest: PathBuf,
+    /// Extract into an existing directory, replacing files that are in the way.
+    #[arg(short = 'f', long)]
+    force: bool,
+    /// Do not show a progress bar even on a terminal.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// Runs `squashd extract`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let image = args.image.open()?;
+    init_thread_pool();
+    let paths: Vec<&[u8]> = args.paths.iter().map(|p| path_bytes(p)).collect();
+    for path in &paths {
+        // Missing paths are an error here (unsquashfs ignores them silently).
+        image.resolve_path(path)?;
+    }
+    let selection = plan::Selection::new(&paths)?;
+    let plan = plan::plan(&image, &selection, &args.dest)?;
+    let progress = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(plan.total_bytes);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    });
+    let writer = write::Writer {
+        image: &image,
+        force: args.force,
+        as_root: write::is_root(),
+        progress,
+        xattr_failures: AtomicU64::new(0),
+        devices_skipped: AtomicU64::new(0),
+    };
+    for (i, dir) in plan.dirs.iter().enumerate() {
+        writer.make_dir(dir, i == 0)?;
+    }
+    writer.write_files(&plan.files)?;
+    for job in &plan.specials {
+        writer.make_special(job)?;
+    }
+    for job in &plan.symlinks {
+        writer.make_symlink(job)?;
+    }
+    for (new, existing) in &plan.hard_links {
+        writer.make_hard_link(new, existing)?;
+    }
+    for dir in plan.dirs.iter().rev() {
+        writer.finish_dir(dir)?;
+    }
+    if let Some(bar) = &writer.progress {
+        bar.finish_and_clear();
+    }
+    let name = image.name();
+    let refused = writer.xattr_failures.load(Ordering::Relaxed);
+    if refused > 0 {
+        eprintln!("squashd: {name}: warning: {refused} extended attributes could not be set (not permitted or not supported by the destination)");
+    }
+    let skipped = writer.devices_skipped.load(Ordering::Relaxed);
+    if skipped > 0 {
+        eprintln!("squashd: {name}: warning: {skipped} device nodes skipped (only root may create them)");
+    }
+    Ok(())
+}

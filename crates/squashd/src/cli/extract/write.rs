@@ -1,0 +1,360 @@
+//! Creating what a plan lists: directories, file contents (in parallel, sparse where the image
+//! has holes), special files, symlinks, hard links, then owners, modes, xattrs and times.
+//!
+//! Safety rests on the order: every directory is created (or checked to be a real directory)
+//! before anything else, and symlinks are created only after every file, so no write can pass
+//! through a symlink, whether the image made it or it was in the destination already. Files are
+//! created with O_EXCL | O_NOFOLLOW, so a name that exists (a duplicate name in a hostile image,
+//! a symlink left in the destination) is never written through.
+
+use super::plan::Job;
+use anyhow::{anyhow, Context};
+use indicatif::ProgressBar;
+use rayon::prelude::*;
+use squashd_core::{Chunk, FileKind, Image, Inode};
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File, FileTimes, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+use xattr::FileExt as _;
+
+/// How to write, and counters of what could not be done.
+pub struct Writer<'a> {
+    pub image: &'a Image,
+    /// Replace what exists in the destination.
+    pub force: bool,
+    /// Set owners and create device nodes (only root may).
+    pub as_root: bool,
+    pub progress: Option<ProgressBar>,
+    /// Extended attributes the destination refused (EPERM, ENOTSUP).
+    pub xattr_failures: AtomicU64,
+    /// Device nodes skipped because we are not root.
+    pub devices_skipped: AtomicU64,
+}
+
+/// Bytes gathered before a write: fewer, larger writes when blocks are small.
+const WRITE_BUFFER: usize = 1 << 20;
+/// Files of more chunks than this are split among threads.
+const SPLIT_CHUNKS: u64 = 32;
+
+fn mtime(inode: &Inode) -> FileTimes {
+    let t = UNIX_EPOCH + Duration::from_secs(inode.mtime as u64);
+    FileTimes::new().set_accessed(t).set_modified(t)
+}
+
+fn io_context(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
+    anyhow!("{}: {what}: {e}", path.display())
+}
+
+impl Writer<'_> {
+    /// Makes directory `job` (or accepts a real directory already there when forced).
+    pub fn make_dir(&self, job: &Job, is_dest: bool) -> anyhow::Result<()> {
+        let path = &job.path;
+        match fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(io_context(e, "cannot create directory", path))
+            }
+            Err(e) => {
+                let meta = fs::symlink_metadata(path)
+                    .map_err(|e| io_context(e, "cannot inspect", path))?;
+                if is_dest && meta.is_dir() {
+                    if self.force {
+                        return Ok(());
+                    }
+                    return Err(anyhow!(
+                        "{}: destination exists (use -f to extract into it)",
+                        path.display()
+                    ));
+                }
+                if !self.force {
+                    return Err(io_context(e, "cannot create directory", path));
+                }
+                if meta.is_dir() {
+                    return Ok(());
+                }
+            }
+        }
+        // Forced, and a non-directory (a symlink maybe) is in the way: replace it, never follow it.
+        fs::remove_file(path).map_err(|e| io_context(e, "cannot replace", path))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(path)
+            .map_err(|e| io_context(e, "cannot create directory", path))
+    }
+
+    /// Removes whatever is at `path` when forced, so that the exclusive create that follows can
+    /// succeed. A directory there is an error.
+    fn clear(&self, path: &Path) -> anyhow::Result<()> {
+        if self.force {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_context(e, "cannot replace", path)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the regular files, in parallel.
+    pub fn write_files(&self, files: &[Job]) -> anyhow::Result<()> {
+        files.par_iter().try_for_each(|job| self.write_file(job))
+    }
+
+    fn write_file(&self, job: &Job) -> anyhow::Result<()> {
+        let path = &job.path;
+        self.clear(path)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| io_context(e, "cannot create", path))?;
+        let reader = self.image.open_file(&job.inode)?;
+        let count = reader.chunk_count();
+        let bs = reader.block_size() as u64;
+        let write_range = |first: u64, end: u64| -> anyhow::Result<bool> {
+            let mut pending = PendingWrite::new(&file, first * bs);
+            let mut holes = false;
+            for i in first..end {
+                let chunk = reader.chunk(i)?;
+                holes |= chunk.is_hole();
+                pending
+                    .add(i * bs, &chunk, i + 1 == end)
+                    .map_err(|e| io_context(e, "cannot write", path))?;
+            }
+            pending
+                .flush()
+                .map_err(|e| io_context(e, "cannot write", path))?;
+            if let Some(bar) = &self.progress {
+                bar.inc((end * bs).min(reader.size()) - first * bs);
+            }
+            Ok(holes)
+        };
+        let holes = if count > SPLIT_CHUNKS {
+            let ranges: Vec<(u64, u64)> = (0..count)
+                .step_by(SPLIT_CHUNKS as usize)
+                .map(|s| (s, (s + SPLIT_CHUNKS).min(count)))
+                .collect();
+            ranges
+                .into_par_iter()
+                .map(|(s, e)| write_range(s, e))
+                .collect::<anyhow::Result<Vec<bool>>>()?
+                .contains(&true)
+        } else {
+            write_range(0, count)?
+        };
+        if holes {
+            // A trailing hole is never written: give the file its size without allocating it.
+            file.set_len(reader.size())
+                .map_err(|e| io_context(e, "cannot set the size of", path))?;
+        }
+        self.finish_fd(&file, &job.inode, path)
+    }
+
+    /// Owner, xattrs, mode and times of an open file or directory, in the order that keeps
+    /// each (chown clears setuid bits and file capabilities, so it goes first).
+    fn finish_fd(&self, file: &File, inode: &Inode, path: &Path) -> anyhow::Result<()> {
+        if self.as_root {
+            std::os::unix::fs::fchown(file, Some(inode.uid), Some(inode.gid))
+                .map_err(|e| io_context(e, "cannot set the owner of", path))?;
+        }
+        for x in self.image.xattrs(inode)? {
+            if let Err(e) = file.set_xattr(OsStr::from_bytes(&x.name), &x.value) {
+                self.xattr_refused(e, &x.name, path)?;
+            }
+        }
+        file.set_permissions(fs::Permissions::from_mode(inode.permissions as u32))
+            .map_err(|e| io_context(e, "cannot set the mode of", path))?;
+        file.set_times(mtime(inode))
+            .map_err(|e| io_context(e, "cannot set the times of", path))
+    }
+
+    fn xattr_refused(&self, e: io::Error, name: &[u8], path: &Path) -> anyhow::Result<()> {
+        match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::ENOTSUP) | Some(libc::EACCES) => {
+                self.xattr_failures.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(anyhow!(
+                "{}: cannot set xattr {}: {e}",
+                path.display(),
+                String::from_utf8_lossy(name)
+            )),
+        }
+    }
+
+    /// Creates fifos, sockets and (as root) device nodes.
+    pub fn make_special(&self, job: &Job) -> anyhow::Result<()> {
+        let inode = &job.inode;
+        let (kind_bits, dev) = match inode.kind {
+            FileKind::Fifo => (libc::S_IFIFO, 0),
+            FileKind::Socket => (libc::S_IFSOCK, 0),
+            FileKind::BlockDevice | FileKind::CharDevice if !self.as_root => {
+                self.devices_skipped.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            FileKind::BlockDevice => (libc::S_IFBLK, inode.rdev_linux()),
+            FileKind::CharDevice => (libc::S_IFCHR, inode.rdev_linux()),
+            _ => return Ok(()),
+        };
+        self.clear(&job.path)?;
+        let c = cstring(&job.path)?;
+        // SAFETY: `c` is a valid NUL-terminated path; mknod reads nothing else.
+        let rc = unsafe { libc::mknod(c.as_ptr(), kind_bits | 0o600, dev as libc::dev_t) };
+        if rc != 0 {
+            return Err(io_context(
+                io::Error::last_os_error(),
+                "cannot create",
+                &job.path,
+            ));
+        }
+        self.finish_path(&job.path, inode, true)
+    }
+
+    /// Creates a symlink, then sets its owner, xattrs and times (its mode means nothing).
+    pub fn make_symlink(&self, job: &Job) -> anyhow::Result<()> {
+        let target = job.inode.symlink_target().unwrap_or_default();
+        self.clear(&job.path)?;
+        std::os::unix::fs::symlink(OsStr::from_bytes(target), &job.path)
+            .map_err(|e| io_context(e, "cannot create symlink", &job.path))?;
+        self.finish_path(&job.path, &job.inode, false)
+    }
+
+    /// Owner, xattrs, mode (unless a symlink) and times of `path`, never following a symlink.
+    fn finish_path(&self, path: &Path, inode: &Inode, chmod: bool) -> anyhow::Result<()> {
+        if self.as_root {
+            std::os::unix::fs::lchown(path, Some(inode.uid), Some(inode.gid))
+                .map_err(|e| io_context(e, "cannot set the owner of", path))?;
+        }
+        for x in self.image.xattrs(inode)? {
+            if let Err(e) = xattr::set(path, OsStr::from_bytes(&x.name), &x.value) {
+                self.xattr_refused(e, &x.name, path)?;
+            }
+        }
+        let c = cstring(path)?;
+        if chmod {
+            // SAFETY: `c` is a valid path; AT_FDCWD resolves it like chmod. Only specials come
+            // here, which are never symlinks (we just made them).
+            let rc = unsafe {
+                libc::fchmodat(
+                    libc::AT_FDCWD,
+                    c.as_ptr(),
+                    inode.permissions as libc::mode_t,
+                    0,
+                )
+            };
+            if rc != 0 {
+                return Err(io_context(
+                    io::Error::last_os_error(),
+                    "cannot set the mode of",
+                    path,
+                ));
+            }
+        }
+        let t = libc::timespec {
+            tv_sec: inode.mtime as libc::time_t,
+            tv_nsec: 0,
+        };
+        let times = [t, t];
+        // SAFETY: `c` is a valid path and `times` two valid timespecs.
+        let rc = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io_context(
+                io::Error::last_os_error(),
+                "cannot set the times of",
+                path,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes `new` another name of `existing`.
+    pub fn make_hard_link(&self, new: &Path, existing: &Path) -> anyhow::Result<()> {
+        self.clear(new)?;
+        // linkat without AT_SYMLINK_FOLLOW: a symlink is linked itself, never its target.
+        fs::hard_link(existing, new)
+            .with_context(|| format!("{}: cannot link to {}", new.display(), existing.display()))
+    }
+
+    /// Sets a directory's owner, xattrs, mode and times, once its contents are complete.
+    pub fn finish_dir(&self, job: &Job) -> anyhow::Result<()> {
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&job.path)
+            .map_err(|e| io_context(e, "cannot open", &job.path))?;
+        self.finish_fd(&dir, &job.inode, &job.path)
+    }
+}
+
+fn cstring(path: &Path) -> anyhow::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| anyhow!("{}: path contains a NUL byte", path.display()))
+}
+
+/// Consecutive data gathered into one buffer and written with one pwrite; holes are skipped
+/// (the file is sized at the end), so they stay unallocated.
+struct PendingWrite<'f> {
+    file: &'f File,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl<'f> PendingWrite<'f> {
+    fn new(file: &'f File, at: u64) -> Self {
+        PendingWrite {
+            file,
+            at,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Adds chunk at `offset`; `last` says no more follow (so a lone chunk is not copied).
+    fn add(&mut self, offset: u64, chunk: &Chunk, last: bool) -> io::Result<()> {
+        if chunk.is_hole() {
+            self.flush()?;
+            self.at = offset + chunk.len() as u64;
+            return Ok(());
+        }
+        let bytes = chunk.bytes();
+        if self.buf.is_empty() && (last || bytes.len() >= WRITE_BUFFER / 2) {
+            // Large blocks, and lone ones, go straight from the cache: no copy.
+            self.file.write_all_at(bytes, offset)?;
+            self.at = offset + bytes.len() as u64;
+            return Ok(());
+        }
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= WRITE_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all_at(&self.buf, self.at)?;
+            self.at += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Whether this process may set owners and create device nodes.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -9,6 +9,7 @@
 
 mod stats;
 
+use stats::Stripe;
 pub use stats::{CacheCounters, CacheStats};
 
 use quick_cache::sync::{Cache, GuardResult};
@@ -61,7 +62,7 @@ impl<V> Lifecycle<BlockKey, V> for CountEvictions {
     type RequestState = ();
 
     fn on_evict(&self, _state: &mut (), _key: BlockKey, _val: V) {
-        self.0.evictions.fetch_add(1, Ordering::Relaxed);
+        self.0.mine().evictions.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -119,10 +120,10 @@ impl<V: CacheValue> BlockCache<V> {
         also: Option<&CacheCounters>,
         load: impl FnOnce() -> Result<V, E>,
     ) -> Result<V, E> {
-        let count = |event: fn(&CacheCounters) -> &AtomicU64, n: u64| {
-            event(&self.counters).fetch_add(n, Ordering::Relaxed);
+        let count = |event: fn(&Stripe) -> &AtomicU64, n: u64| {
+            event(self.counters.mine()).fetch_add(n, Ordering::Relaxed);
             if let Some(also) = also {
-                event(also).fetch_add(n, Ordering::Relaxed);
+                event(also.mine()).fetch_add(n, Ordering::Relaxed);
             }
         };
         let Some(cache) = &self.cache else {
@@ -154,7 +155,7 @@ impl<V: CacheValue> BlockCache<V> {
 
     fn counted_load<E>(
         load: impl FnOnce() -> Result<V, E>,
-        count: impl Fn(fn(&CacheCounters) -> &AtomicU64, u64),
+        count: impl Fn(fn(&Stripe) -> &AtomicU64, u64),
     ) -> Result<V, E> {
         let result = load();
         match &result {

@@ -1,10 +1,16 @@
-//! Counters of a cache: updated with relaxed atomics on the hot path, read as a snapshot.
+//! Counters of a cache. They are bumped on every hit, so they must not become the one cache
+//! line every reader writes: each thread writes its own stripe, and a snapshot sums the stripes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Live counters of one cache.
+/// Number of stripes: enough that threads on different cores rarely share one.
+const STRIPES: usize = 8;
+
+/// One thread-group's counters, alone on its cache lines.
 #[derive(Debug, Default)]
-pub struct CacheCounters {
+#[repr(align(128))]
+pub struct Stripe {
     pub(crate) hits: AtomicU64,
     pub(crate) misses: AtomicU64,
     pub(crate) loads: AtomicU64,
@@ -15,22 +21,51 @@ pub struct CacheCounters {
     pub(crate) wait_nanos: AtomicU64,
 }
 
+/// Live counters of one cache (or of one image's use of a cache).
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    stripes: [Stripe; STRIPES],
+}
+
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|i| {
+        if i.get() == usize::MAX {
+            i.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+        }
+        i.get()
+    })
+}
+
 impl CacheCounters {
+    /// The calling thread's stripe.
+    pub(crate) fn mine(&self) -> &Stripe {
+        &self.stripes[stripe_index()]
+    }
+
     /// A snapshot of these counters, with the occupancy figures given.
     pub fn snapshot(&self, capacity: u64, resident_bytes: u64, entries: u64) -> CacheStats {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let sum = |f: fn(&Stripe) -> &AtomicU64| {
+            self.stripes
+                .iter()
+                .map(|s| f(s).load(Ordering::Relaxed))
+                .sum()
+        };
         CacheStats {
             capacity_bytes: capacity,
             resident_bytes,
             entries,
-            hits: get(&self.hits),
-            misses: get(&self.misses),
-            loads: get(&self.loads),
-            load_failures: get(&self.load_failures),
-            loaded_bytes: get(&self.loaded_bytes),
-            evictions: get(&self.evictions),
-            waits: get(&self.waits),
-            wait_nanos: get(&self.wait_nanos),
+            hits: sum(|s| &s.hits),
+            misses: sum(|s| &s.misses),
+            loads: sum(|s| &s.loads),
+            load_failures: sum(|s| &s.load_failures),
+            loaded_bytes: sum(|s| &s.loaded_bytes),
+            evictions: sum(|s| &s.evictions),
+            waits: sum(|s| &s.waits),
+            wait_nanos: sum(|s| &s.wait_nanos),
         }
     }
 }

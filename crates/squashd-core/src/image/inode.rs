@@ -147,6 +147,16 @@ fn xattr(index: u32) -> Option<u32> {
 
 /// Reads and decodes the inode `id`.
 pub(crate) fn load(image: &ImageInner, id: InodeId) -> Result<Inode> {
+    load_reusing(image, id, &mut None)
+}
+
+/// Reads and decodes the inode `id`, reusing the metadata block in `last` if the inode is in it,
+/// and leaving there the block the inode ended in.
+pub(crate) fn load_reusing(
+    image: &ImageInner,
+    id: InodeId,
+    last: &mut Option<(u64, super::MetadataBlock)>,
+) -> Result<Inode> {
     let sb = &image.superblock;
     let at = id.to_ref();
     if at.block >= sb.directory_table_start - sb.inode_table_start {
@@ -155,7 +165,7 @@ pub(crate) fn load(image: &ImageInner, id: InodeId) -> Result<Inode> {
             format!("inode reference {:#x} is outside the inode table", id.0),
         ));
     }
-    let mut cur = MetadataCursor::new(image, sb.inode_table_start, at)?;
+    let mut cur = MetadataCursor::reusing(image, sb.inode_table_start, at, last.take())?;
     let mut raw = [0u8; 40];
     cur.read_exact(&mut raw[..HEADER_SIZE])?;
     let bad = |cur: &MetadataCursor, e| image.format_error(cur.block_pos(), e);
@@ -243,5 +253,6 @@ pub(crate) fn load(image: &ImageInner, id: InodeId) -> Result<Inode> {
             inode.xattr_index = xattr(xattr_index);
         }
     }
+    *last = Some(cur.into_last());
     Ok(inode)
 }

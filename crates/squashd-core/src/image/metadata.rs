@@ -17,10 +17,25 @@ pub(crate) struct MetadataCursor<'a> {
 impl<'a> MetadataCursor<'a> {
     /// A cursor at `at` in the stream whose blocks are counted from image position `table_start`.
     pub(crate) fn new(image: &'a ImageInner, table_start: u64, at: MetadataRef) -> Result<Self> {
+        Self::reusing(image, table_start, at, None)
+    }
+
+    /// Like [`MetadataCursor::new`], but takes the block from `last` (a block an earlier cursor
+    /// ended on, see [`MetadataCursor::into_last`]) when it is the one needed, sparing a cache
+    /// lookup: consecutive inodes of a directory usually share a block.
+    pub(crate) fn reusing(
+        image: &'a ImageInner,
+        table_start: u64,
+        at: MetadataRef,
+        last: Option<(u64, MetadataBlock)>,
+    ) -> Result<Self> {
         let block_pos = table_start
             .checked_add(at.block)
             .ok_or_else(|| image.corrupt(table_start, "metadata reference overflows"))?;
-        let block = image.metadata_block(block_pos)?;
+        let block = match last {
+            Some((pos, block)) if pos == block_pos => block,
+            _ => image.metadata_block(block_pos)?,
+        };
         let offset = at.offset as usize;
         if offset > block.data.len() {
             return Err(image.corrupt(
@@ -46,6 +61,11 @@ impl<'a> MetadataCursor<'a> {
             block: self.block_pos - self.table_start,
             offset: self.offset as u16,
         }
+    }
+
+    /// The current block and its position, for [`MetadataCursor::reusing`].
+    pub(crate) fn into_last(self) -> (u64, MetadataBlock) {
+        (self.block_pos, self.block)
     }
 
     /// Image position of the current block, for error messages.

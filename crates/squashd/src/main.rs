@@ -2,6 +2,8 @@
 //! printing; the work is done by squashd-core (reading images) and squashd-fuse (mounting).
 
 mod cli;
+mod mount;
+mod serve;
 mod size;
 
 use clap::{Parser, Subcommand};
@@ -11,7 +13,9 @@ use std::process::ExitCode;
 /// with FUSE, or serve many from one daemon.
 #[derive(Parser)]
 #[command(name = "squashd", version, propagate_version = true)]
-#[command(after_help = "Exit status: 0 on success, 1 when an operation failed (bad image, missing path, I/O error), 2 on a usage error.")]
+#[command(
+    after_help = "Exit status: 0 on success, 1 when an operation failed (bad image, missing path, I/O error), 2 on a usage error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,12 +35,25 @@ enum Command {
     Xattr(cli::xattr::Args),
     /// Extract an image (or some of its paths) into a directory, in parallel.
     Extract(cli::extract::Args),
+    /// Mount an image with FUSE (read-only; in the background unless -f).
+    Mount(mount::Args),
+    /// Serve many images from one daemon, attached and detached at run time.
+    Serve(serve::Args),
+    /// Attach an image to a running `squashd serve` (mount it there).
+    Attach(serve::AttachArgs),
+    /// Detach an image from a running `squashd serve`.
+    Detach(serve::DetachArgs),
+    /// Show what each image of a running `squashd serve` costs and how it is doing.
+    Status(serve::StatusArgs),
     /// Walk an image from many threads in-process and report time and cache counters.
     #[command(hide = true)]
     Walk(cli::walk::Args),
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = mount::helper_main() {
+        return code;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(a) => cli::info::run(a),
@@ -46,6 +63,11 @@ fn main() -> ExitCode {
         Command::Xattr(a) => cli::xattr::run(a),
         Command::Extract(a) => cli::extract::run(a),
         Command::Walk(a) => cli::walk::run(a),
+        Command::Mount(a) => mount::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Attach(a) => serve::attach(a),
+        Command::Detach(a) => serve::detach(a),
+        Command::Status(a) => serve::status(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,662 @@
+//! The FUSE request handlers: each maps one request to `Image` calls and shapes the reply so
+//! the kernel caches it for good.
+
+use crate::attr::{errno, file_attr, file_type, negative_attr, Owner, FOREVER};
+use crate::handles::HandleTable;
+use crate::nodes::NodeMap;
+use crate::prefetch::{Prefetcher, ReadState};
+use crate::session::{Activity, MountConfig};
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use squashd_core::{Chunk, DirEntry, FileReader, Image, Inode, InodeId};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+/// The generation of every node: node numbers are never reused while mounted.
+const GENERATION: Generation = Generation(0);
+
+struct OpenFile {
+    reader: FileReader,
+    reading: ReadState,
+}
+
+struct OpenDir {
+    inode: Inode,
+    /// The listing, read on the first readdir and kept so that offsets stay stable.
+    entries: OnceLock<Arc<[DirEntry]>>,
+}
+
+/// A read-only file system serving one image (or one directory of it) to the kernel.
+pub struct SquashFs {
+    image: Image,
+    root: Inode,
+    nodes: NodeMap,
+    owner: Owner,
+    files: HandleTable<OpenFile>,
+    dirs: HandleTable<OpenDir>,
+    prefetch: Prefetcher,
+    activity: Option<Arc<Activity>>,
+}
+
+impl std::fmt::Debug for SquashFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SquashFs")
+            .field("image", &self.image)
+            .finish_non_exhaustive()
+    }
+}
+
+type Result<T> = std::result::Result<T, Errno>;
+
+impl SquashFs {
+    /// A file system serving `image`, rooted at `config.subdir` if given. Fails (without
+    /// mounting anything) when the image's root or that directory cannot be read.
+    pub(crate) fn new(
+        image: Image,
+        config: &MountConfig,
+        activity: Option<Arc<Activity>>,
+    ) -> squashd_core::Result<Self> {
+        let root = match &config.subdir {
+            Some(dir) => image.resolve_path(dir.as_os_str().as_bytes())?,
+            None => image.root()?,
+        };
+        if !root.is_dir() {
+            return Err(squashd_core::Error::NotADirectory {
+                image: image.name().into(),
+                path: config
+                    .subdir
+                    .as_deref()
+                    .unwrap_or(Path::new("/"))
+                    .display()
+                    .to_string(),
+            });
+        }
+        let window = config.readahead_bytes / image.superblock().block_size.max(1) as u64;
+        Ok(SquashFs {
+            nodes: NodeMap::new(root.number, root.id),
+            owner: Owner {
+                uid: config.uid,
+                gid: config.gid,
+            },
+            files: HandleTable::new(),
+            dirs: HandleTable::new(),
+            prefetch: Prefetcher::new(config.prefetch_threads, window, 64),
+            activity,
+            root,
+            image,
+        })
+    }
+
+    /// Number of open files and directories (for tests and status).
+    pub fn open_handles(&self) -> usize {
+        self.files.len() + self.dirs.len()
+    }
+
+    fn touch(&self) {
+        if let Some(a) = &self.activity {
+            a.touch();
+        }
+    }
+
+    fn inode(&self, node: INodeNo) -> Result<Inode> {
+        if node.0 == 1 {
+            return Ok(self.root.clone());
+        }
+        // The kernel names only nodes it was given; anything else is a stale handle.
+        let id = self.nodes.id(node.0).ok_or(Errno::from_i32(libc::ESTALE))?;
+        self.image.inode(id).map_err(|e| errno(&e))
+    }
+
+    fn load(&self, id: InodeId) -> Result<Inode> {
+        self.image.inode(id).map_err(|e| errno(&e))
+    }
+
+    fn attr(&self, inode: &Inode) -> fuser::FileAttr {
+        let node = self.nodes.remember(inode.number, inode.id);
+        file_attr(node, inode, self.owner, self.blksize())
+    }
+
+    fn blksize(&self) -> u32 {
+        self.image.superblock().block_size
+    }
+
+    fn dir_entries(&self, dir: &OpenDir) -> Result<Arc<[DirEntry]>> {
+        if let Some(e) = dir.entries.get() {
+            return Ok(e.clone());
+        }
+        let entries: Arc<[DirEntry]> = self
+            .image
+            .read_dir(&dir.inode)
+            .map_err(|e| errno(&e))?
+            .into();
+        Ok(dir.entries.get_or_init(|| entries).clone())
+    }
+
+    /// Node of a directory's "..", as readdir shows it.
+    fn parent_node(&self, dir: &Inode) -> u64 {
+        if dir.number == self.root.number {
+            return 1;
+        }
+        dir.parent.map_or(1, |p| self.nodes.node(p))
+    }
+
+    fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<Option<fuser::FileAttr>> {
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        match self.image.lookup(&dir, name.as_bytes()) {
+            Ok(Some(entry)) => Ok(Some(self.attr(&self.load(entry.id)?))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(errno(&e)),
+        }
+    }
+
+    fn do_read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        let Some(file) = self.files.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let reader = &file.reader;
+        let file_size = reader.size();
+        if offset >= file_size || size == 0 {
+            return reply.data(&[]);
+        }
+        // Queue what follows before decompressing this block, so both run at once.
+        self.prefetch
+            .on_read(&file.reading, reader, offset, size as u64);
+        let end = file_size.min(offset + size as u64);
+        let bs = reader.block_size() as u64;
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        if first == last {
+            // Within one block: reply straight from the cached block, no copy.
+            let chunk = match reader.chunk(first) {
+                Ok(c) => c,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let within = (offset - first * bs) as usize;
+            let n = (end - offset) as usize;
+            return match &chunk {
+                Chunk::Zeros(_) => reply.data(&vec![0; n]),
+                Chunk::Data { .. } => match chunk.bytes().get(within..within + n) {
+                    Some(bytes) => reply.data(bytes),
+                    None => reply.error(Errno::EIO),
+                },
+            };
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        match reader.read_at(offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn xattr_reply(value_len: usize, size: u32, reply: ReplyXattr, data: &[u8]) {
+        if size == 0 {
+            reply.size(value_len as u32);
+        } else if (size as usize) < value_len {
+            reply.error(Errno::ERANGE);
+        } else {
+            reply.data(data);
+        }
+    }
+}
+
+impl Filesystem for SquashFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Ask for each optimisation the kernel offers; an old kernel just goes without.
+        for wanted in [
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+        ] {
+            let _ = config.add_capabilities(wanted);
+        }
+        // Readahead requests are "background" requests: let many be in flight so that the
+        // worker threads (and read-ahead decompression) are kept busy.
+        let _ = config.set_max_background(256);
+        let _ = config.set_congestion_threshold(192);
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.touch();
+        match self.do_lookup(parent, name) {
+            Ok(Some(attr)) => reply.entry(&FOREVER, &attr, GENERATION),
+            // A negative entry, cached like a positive one: the name will never appear.
+            Ok(None) => reply.entry(&FOREVER, &negative_attr(), GENERATION),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.touch();
+        match self.inode(ino) {
+            Ok(inode) => reply.attr(&FOREVER, &self.attr(&inode)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.touch();
+        match self
+            .inode(ino)
+            .and_then(|i| self.image.read_link(&i).map_err(|e| errno(&e)))
+        {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.touch();
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        let inode = match self.inode(ino) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        if inode.is_dir() {
+            return reply.error(Errno::EISDIR);
+        }
+        match self.image.open_file(&inode) {
+            Ok(reader) => {
+                let fh = self.files.insert(OpenFile {
+                    reader,
+                    reading: ReadState::default(),
+                });
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.touch();
+        self.do_read(fh, offset, size, reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.files.remove(fh.0);
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.touch();
+        let inode = match self.inode(ino) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        if !inode.is_dir() {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let fh = self.dirs.insert(OpenDir {
+            inode,
+            entries: OnceLock::new(),
+        });
+        // CACHE_DIR: the kernel keeps the listing in its page cache; KEEP_CACHE: opening the
+        // directory again does not throw that cache away.
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.touch();
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let entries = match self.dir_entries(&dir) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let own = self.nodes.node(dir.inode.number);
+        let parent = self.parent_node(&dir.inode);
+        // Positions 0 and 1 are "." and ".."; entry i is at i + 2. The offset of an entry is
+        // the position of the next one.
+        for pos in offset..entries.len() as u64 + 2 {
+            let full = match pos {
+                0 => reply.add(INodeNo(own), 1, fuser::FileType::Directory, "."),
+                1 => reply.add(INodeNo(parent), 2, fuser::FileType::Directory, ".."),
+                _ => {
+                    let e = &entries[pos as usize - 2];
+                    reply.add(
+                        INodeNo(self.nodes.node(e.number)),
+                        pos + 1,
+                        file_type(e.kind),
+                        OsStr::from_bytes(&e.name),
+                    )
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.touch();
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let entries = match self.dir_entries(&dir) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let own = self.attr(&dir.inode);
+        for (added, pos) in (offset..entries.len() as u64 + 2).enumerate() {
+            let full = match pos {
+                0 => reply.add(INodeNo(own.ino.0), 1, ".", &FOREVER, &own, GENERATION),
+                1 => {
+                    // The kernel ignores the attributes of ".." (it only shows its number).
+                    let mut up = own;
+                    up.ino = INodeNo(self.parent_node(&dir.inode));
+                    reply.add(up.ino, 2, "..", &FOREVER, &up, GENERATION)
+                }
+                _ => {
+                    let e = &entries[pos as usize - 2];
+                    let inode = match self.load(e.id) {
+                        Ok(i) => i,
+                        // Entries already added stay valid; the error comes on the next call.
+                        Err(err) if added == 0 => return reply.error(err),
+                        Err(_) => break,
+                    };
+                    let attr = self.attr(&inode);
+                    reply.add(
+                        attr.ino,
+                        pos + 1,
+                        OsStr::from_bytes(&e.name),
+                        &FOREVER,
+                        &attr,
+                        GENERATION,
+                    )
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.touch();
+        let sb = self.image.superblock();
+        let bs = sb.block_size.max(1) as u64;
+        // As the kernel's squashfs: blocks of the image's block size, nothing free.
+        let blocks = sb.bytes_used.div_ceil(bs);
+        reply.statfs(
+            blocks,
+            0,
+            0,
+            sb.inode_count as u64,
+            0,
+            bs as u32,
+            256,
+            bs as u32,
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.touch();
+        let xattrs = match self
+            .inode(ino)
+            .and_then(|i| self.image.xattrs(&i).map_err(|e| errno(&e)))
+        {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        match xattrs.iter().find(|x| x.name == name.as_bytes()) {
+            Some(x) => Self::xattr_reply(x.value.len(), size, reply, &x.value),
+            None => reply.error(Errno::from_i32(libc::ENODATA)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.touch();
+        let xattrs = match self
+            .inode(ino)
+            .and_then(|i| self.image.xattrs(&i).map_err(|e| errno(&e)))
+        {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let mut list = Vec::new();
+        for x in &xattrs {
+            list.extend_from_slice(&x.name);
+            list.push(0);
+        }
+        Self::xattr_reply(list.len(), size, reply, &list);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(AccessFlags::W_OK) {
+            return reply.error(Errno::EROFS);
+        }
+        match self.inode(ino) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    // Everything that would change the image: EROFS (the mount is read-only too, so the
+    // kernel usually answers these itself).
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+}

@@ -1,0 +1,42 @@
+//! squashd-fuse: serves a [`squashd_core::Image`] to the kernel through FUSE, read-only, from
+//! several threads at once.
+//!
+//! The adapter knows nothing of the on-disk format: it maps FUSE requests to `Image` calls
+//! (`lookup`, `inode`, `read_dir`, `read_link`, `xattrs`, `open_file`) and shapes the replies so
+//! that the kernel caches as much as it can. An image never changes, so entries and attributes
+//! are given (practically) infinite timeouts, failed lookups are cached as negative entries,
+//! the page cache is kept across opens (`FOPEN_KEEP_CACHE`), directory listings are cached
+//! (`FOPEN_CACHE_DIR`), and `readdirplus` hands the kernel each entry's attributes with the
+//! listing. Repeated walks and reads then never reach the daemon.
+//!
+//! Sequential readers of a file get the following blocks decompressed ahead of them by a small
+//! pool of background threads (see [`prefetch`]), bounded in flight and by the data cache's
+//! byte budget.
+//!
+//! ```no_run
+//! use squashd_core::{Image, OpenOptions};
+//! use squashd_fuse::{MountConfig, MountedImage};
+//! let image = Image::open("usr.sqfs", &OpenOptions::default())?;
+//! let mounted = MountedImage::mount(image, "/mnt/usr".as_ref(), &MountConfig::default())?;
+//! let unmounter = mounted.unmounter();
+//! // ... from a signal handler thread: unmounter.unmount(true)
+//! mounted.run()?; // serves requests until the file system is unmounted
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Inode numbers: FUSE (and `fuser`) use one number both as the kernel's node id and as
+//! `st_ino`, and the root must be node 1. squashd shows each inode's squashfs inode number, as
+//! the kernel's squashfs does, except that the root directory's number and number 1 are
+//! swapped (the root shows `st_ino` 1 and the inode numbered 1 shows the root's number).
+
+#![deny(missing_docs)]
+
+mod attr;
+mod fs;
+mod handles;
+mod nodes;
+pub mod prefetch;
+mod session;
+
+pub use fs::SquashFs;
+pub use session::{unmount, MountConfig, MountError, MountedImage, Unmounter};

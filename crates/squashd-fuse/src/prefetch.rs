@@ -1,0 +1,129 @@
+//! Read-ahead decompression: sequential readers of a file get its next blocks decompressed by
+//! background threads, so one reader is not held to one core's decompression speed.
+//!
+//! Each open file tracks where its last read ended. A read that starts near there is
+//! sequential; it then queues the next `window` chunks that were not queued yet. Workers call
+//! [`FileReader::chunk`], which leaves the block in the image's data cache, where the reader
+//! finds it (or waits for the single load in flight). Memory stays bounded: the queue holds at
+//! most `queue` jobs (a full queue drops new ones: the reader decompresses those itself), and
+//! the blocks land in the data cache, which has its own byte budget. Workers start on first
+//! use, so a daemon can fork after mounting without threads.
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use squashd_core::FileReader;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Where a file's reading stands, for detecting sequential access.
+#[derive(Debug, Default)]
+pub struct ReadState {
+    /// Byte offset where the last read ended.
+    next_offset: AtomicU64,
+    /// Chunks below this index were already queued.
+    queued_until: AtomicU64,
+}
+
+struct Job {
+    reader: FileReader,
+    index: u64,
+}
+
+/// A pool of read-ahead threads shared by every open file of a mount.
+pub struct Prefetcher {
+    threads: usize,
+    window: u64,
+    queue: usize,
+    sender: OnceLock<Option<Sender<Job>>>,
+}
+
+impl std::fmt::Debug for Prefetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetcher")
+            .field("threads", &self.threads)
+            .field("window", &self.window)
+            .finish()
+    }
+}
+
+impl Prefetcher {
+    /// A pool of `threads` workers (0 disables read-ahead) that keep up to `window` chunks
+    /// ahead of each sequential reader, with at most `queue` jobs waiting.
+    pub fn new(threads: usize, window: u64, queue: usize) -> Self {
+        Prefetcher {
+            threads,
+            window,
+            queue: queue.max(1),
+            sender: OnceLock::new(),
+        }
+    }
+
+    fn sender(&self) -> Option<&Sender<Job>> {
+        self.sender
+            .get_or_init(|| {
+                if self.threads == 0 || self.window == 0 {
+                    return None;
+                }
+                let (tx, rx) = crossbeam_channel::bounded::<Job>(self.queue);
+                for i in 0..self.threads {
+                    let rx: Receiver<Job> = rx.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("prefetch-{i}"))
+                        .spawn(move || {
+                            for job in rx {
+                                // Errors are reported by the reader when it gets there.
+                                let _ = job.reader.chunk(job.index);
+                            }
+                        });
+                    if let Err(e) = spawned {
+                        tracing::warn!("cannot start a read-ahead thread: {e}");
+                        return None;
+                    }
+                }
+                Some(tx)
+            })
+            .as_ref()
+    }
+
+    /// Notes a read of `len` bytes at `offset` of `reader`'s file and, if it continues the
+    /// previous one, queues the chunks after it.
+    pub fn on_read(&self, state: &ReadState, reader: &FileReader, offset: u64, len: u64) {
+        if self.threads == 0 || self.window == 0 {
+            return;
+        }
+        let end = offset.saturating_add(len).min(reader.size());
+        let previous_end = state.next_offset.swap(end, Ordering::Relaxed);
+        let bs = reader.block_size() as u64;
+        // Several worker threads serve one file's read-ahead requests, so they may arrive a
+        // little out of order: anything within a few blocks of the last end is sequential.
+        let sequential = offset.abs_diff(previous_end) <= 4 * bs;
+        if !sequential {
+            // A seek: forget what was queued, so that reading this stretch again (or any
+            // other) in order gets read-ahead anew.
+            state.queued_until.store(0, Ordering::Relaxed);
+            return;
+        }
+        if end == 0 {
+            return;
+        }
+        let last = (end - 1) / bs;
+        let stop = (last + 1 + self.window).min(reader.chunk_count());
+        let from = state
+            .queued_until
+            .fetch_max(stop, Ordering::Relaxed)
+            .max(last + 1);
+        if from >= stop {
+            return;
+        }
+        let Some(tx) = self.sender() else { return };
+        for index in from..stop {
+            let job = Job {
+                reader: reader.clone(),
+                index,
+            };
+            match tx.try_send(job) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => break,
+            }
+        }
+    }
+}

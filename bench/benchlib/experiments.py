@@ -1,0 +1,262 @@
+"""The four experiments of anchors.md. Each returns a JSON-able dict of raw runs; report.py
+turns them into tables and plots. A system that cannot run an experiment gets a skip reason
+instead of rows, and the others still run."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from .common import WORK_DIR, drop_caches, log, meminfo, parallel_commands, rss_bytes, run
+from .mounts import ServeDaemon, _FuseUnmounter, _live_mounts, mounted, wait_mounted
+
+
+def _mnt(name):
+    path = os.path.join(WORK_DIR, "mnt", name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def e1_walks(systems, usr, ns, runs):
+    """E1: N concurrent `find MNT -print`, cold (fresh mount, caches dropped) then warm."""
+    out = {"image": usr["path"], "entries": usr.get("entries"), "ns": ns, "rows": {}, "skipped": {}, "counters": {}}
+    live = [s for s in systems if not s.skip_reason]
+    for s in systems:
+        if s.skip_reason:
+            out["skipped"][s.name] = s.skip_reason
+        else:
+            out["rows"][s.name] = {"cold": {str(n): [] for n in ns}, "warm": {str(n): [] for n in ns}}
+    for r in range(runs):
+        for n in ns:
+            for s in live:
+                if s.name in out["skipped"]:
+                    continue
+                mnt = _mnt(f"e1-{s.name}")
+                try:
+                    with s.mounted_at(usr["path"], mnt):
+                        drop_caches()
+                        finds = [["find", mnt, "-print"]] * n
+                        cold = parallel_commands(finds)
+                        warm = parallel_commands(finds)
+                        counters = s.counters(mnt)
+                except Exception as e:  # noqa: BLE001 - one system's failure must not stop the rest
+                    out["skipped"][s.name] = f"failed: {e}"
+                    out["rows"].pop(s.name, None)
+                    continue
+                out["rows"][s.name]["cold"][str(n)].append(cold)
+                out["rows"][s.name]["warm"][str(n)].append(warm)
+                if counters is not None:
+                    out["counters"].setdefault(s.name, {})[str(n)] = counters
+                log(f"E1 run {r + 1}/{runs} N={n:2d} {s.name:10s} cold {cold:7.3f} s  warm {warm:7.3f} s")
+    return out
+
+
+def _fio(path, size, rw, bs, invalidate, runtime=None):
+    cmd = [
+        "fio", "--name=e2", f"--filename={path}", "--readonly", f"--rw={rw}", f"--bs={bs}",
+        "--ioengine=psync", "--iodepth=1", "--numjobs=1", f"--size={size}",
+        f"--invalidate={invalidate}", "--output-format=json",
+    ]
+    if runtime:
+        cmd += ["--time_based", f"--runtime={runtime}"]
+    p = run(cmd)
+    job = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]["read"]
+    return {"bw_bytes": job["bw_bytes"], "iops": job["iops"]}
+
+
+def e2_reads(systems, data, runs, random_runtime):
+    """E2: fio psync 128 KiB sequential reads (cold, invalidated, warm) and 4 KiB random reads."""
+    kinds = ["seq_cold", "seq_invalidated", "seq_warm", "rand_4k"]
+    out = {"image": data["path"], "file_bytes": data["file_bytes"], "random_runtime": random_runtime,
+           "rows": {}, "skipped": {}, "counters": {}}
+    for s in systems:
+        if s.skip_reason:
+            out["skipped"][s.name] = s.skip_reason
+        else:
+            out["rows"][s.name] = {k: [] for k in kinds}
+    for r in range(runs):
+        for s in systems:
+            if s.name not in out["rows"]:
+                continue
+            mnt = _mnt(f"e2-{s.name}")
+            try:
+                with s.mounted_at(data["path"], mnt):
+                    f = os.path.join(mnt, data["file"])
+                    size = data["file_bytes"]
+                    drop_caches()
+                    res = {
+                        "seq_cold": _fio(f, size, "read", "128k", 1),
+                        "seq_invalidated": _fio(f, size, "read", "128k", 1),
+                        "seq_warm": _fio(f, size, "read", "128k", 0),
+                        "rand_4k": _fio(f, size, "randread", "4k", 1, random_runtime),
+                    }
+                    counters = s.counters(mnt)
+            except Exception as e:  # noqa: BLE001
+                out["skipped"][s.name] = f"failed: {e}"
+                out["rows"].pop(s.name, None)
+                continue
+            for k in kinds:
+                out["rows"][s.name][k].append(res[k])
+            if counters is not None:
+                out["counters"][s.name] = counters
+            log(f"E2 run {r + 1}/{runs} {s.name:10s} " + "  ".join(
+                f"{k} {res[k]['bw_bytes'] / 2**20:.0f} MiB/s" for k in kinds[:3])
+                + f"  rand {res['rand_4k']['iops'] / 1000:.1f}k IOPS")
+    return out
+
+
+def _many_fuse_or_loop(s, pairs):
+    """Mounts every image with its own mount command (kernel: mount -o loop; FUSE: one process
+    each) and lists each root, all at once. Returns seconds."""
+    cmds = []
+    for image, mnt in pairs:
+        _live_mounts.add((s, mnt))
+        if s.name == "kernel":
+            mount = f"mount -t squashfs -o loop,ro '{image}' '{mnt}'"
+        elif s.name == "squashfuse":
+            mount = f"'{s.binary}' '{image}' '{mnt}'"
+        else:
+            mount = f"'{s.binary}' mount '{image}' '{mnt}'"
+        cmds.append(["sh", "-c", f"{mount} && ls '{mnt}' > /dev/null"])
+    return parallel_commands(cmds)
+
+
+def e3_many(systems, services, runs):
+    """E3: 69 images mounted and their roots listed in parallel, after drop_caches; memory after
+    walking every image once; then everything unmounted."""
+    images = services["images"]
+    out = {"count": len(images), "image_bytes": services["image_bytes"], "rows": {}, "skipped": {}, "how": {}}
+    for s in systems:
+        if s.skip_reason:
+            out["skipped"][s.name] = s.skip_reason
+        else:
+            out["rows"][s.name] = {"seconds": [], "memory_bytes": [], "processes": []}
+    for r in range(runs):
+        for s in systems:
+            if s.name not in out["rows"]:
+                continue
+            pairs = [(img, _mnt(f"e3-{s.name}/{i:02d}")) for i, img in enumerate(images)]
+            daemon = None
+            try:
+                drop_caches()
+                before = meminfo()
+                if s.name == "squashd" and s.has_serve:
+                    out["how"][s.name] = "one `squashd serve` daemon"
+                    start = time.perf_counter()
+                    daemon = ServeDaemon(s.binary, pairs)
+                    daemon.start()
+                    parallel_commands([["ls", m] for _, m in pairs])
+                    seconds = time.perf_counter() - start
+                else:
+                    if s.name == "squashd":
+                        out["how"][s.name] = "one `squashd mount` process per image (serve not available yet)"
+                    seconds = _many_fuse_or_loop(s, pairs)
+                parallel_commands([["find", m, "-print"] for _, m in pairs])
+                if daemon:
+                    memory, procs = daemon.rss(), 1
+                elif s.fuse:
+                    pids = set()
+                    for img, _ in pairs:
+                        pids.update(s.daemon_pids(img))
+                    memory, procs = sum(rss_bytes(p) for p in pids), len(pids)
+                else:
+                    after = meminfo()
+                    memory, procs = after["Slab"] - before["Slab"], 0
+            except Exception as e:  # noqa: BLE001
+                out["skipped"][s.name] = f"failed: {e}"
+                out["rows"].pop(s.name, None)
+                continue
+            finally:
+                if daemon:
+                    daemon.stop()
+                for _, m in pairs:
+                    if mounted(m):
+                        (s if not daemon else _FuseUnmounter).unmount(m)
+                    _live_mounts.discard((s, m))
+            row = out["rows"][s.name]
+            row["seconds"].append(seconds)
+            row["memory_bytes"].append(memory)
+            row["processes"].append(procs)
+            log(f"E3 run {r + 1}/{runs} {s.name:10s} {seconds:6.3f} s, memory {memory / 2**20:.1f} MiB"
+                + (" (slab delta)" if not s.fuse else f" RSS in {procs} process(es)"))
+    return out
+
+
+def _time_rss(cmd):
+    """Runs cmd under GNU time: (seconds, max RSS bytes)."""
+    start = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - start
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    return seconds, int(p.stderr.strip().splitlines()[-1]) * 1024
+
+
+def _pairs(label_cmds, runs, before_each):
+    """Runs each labelled command `runs` times, alternating, calling before_each() first."""
+    rows, skipped = {}, {}
+    for r in range(runs):
+        for label, make in label_cmds:
+            if label in skipped:
+                continue
+            before_each()
+            try:
+                seconds, rss = _time_rss(make())
+            except Exception as e:  # noqa: BLE001
+                skipped[label] = f"failed: {e}"
+                rows.pop(label, None)
+                continue
+            rows.setdefault(label, {"seconds": [], "max_rss_bytes": []})
+            rows[label]["seconds"].append(seconds)
+            rows[label]["max_rss_bytes"].append(rss)
+            log(f"E4 run {r + 1}/{runs} {label:28s} {seconds:7.3f} s  max RSS {rss / 2**20:.0f} MiB")
+    return rows, skipped
+
+
+def e4_offline(squashd, usr, data, ns, runs, split_repeat):
+    """E4: `squashd ls -R -l` vs `unsquashfs -lls`, extraction vs `unsquashfs -d` (same file
+    system, caches dropped before each), and in-process parallel walks."""
+    out = {"image": usr["path"], "ls": {}, "extract": {}, "walk": {}, "split": [], "skipped": {}}
+    out["ls"], sk = _pairs([
+        ("unsquashfs -lls", lambda: ["unsquashfs", "-lls", usr["path"]]),
+        ("squashd ls -R -l", lambda: [squashd, "ls", "-R", "-l", usr["path"]]),
+    ], runs, drop_caches)
+    out["skipped"].update(sk)
+    dest = os.path.join(WORK_DIR, "extract")
+
+    def clean_and_drop():
+        shutil.rmtree(dest, ignore_errors=True)
+        drop_caches()
+
+    for key, img in (("usr", usr["path"]), ("data", data["path"])):
+        rows, sk = _pairs([
+            ("unsquashfs -d", lambda img=img: ["unsquashfs", "-no-progress", "-d", dest, img]),
+            ("squashd extract -d", lambda img=img: [squashd, "extract", "-q", img, "-d", dest]),
+        ], runs, clean_and_drop)
+        out["extract"][key] = {"image": img, "rows": rows}
+        out["skipped"].update({f"{k} ({key})": v for k, v in sk.items()})
+    shutil.rmtree(dest, ignore_errors=True)
+
+    for n in ns:
+        for r in range(runs):
+            p = run([squashd, "walk", usr["path"], "--threads", str(n), "--warmup", "--json"], check=False)
+            if p.returncode != 0:
+                out["skipped"]["walk"] = f"squashd walk failed: {p.stderr.strip()[:300]}"
+                break
+            res = json.loads(p.stdout)
+            out["walk"].setdefault(str(n), []).append(res["phases"][-1])
+            log(f"E4 walk N={n:2d} run {r + 1}/{runs}: {res['phases'][-1]['wall_seconds']:.3f} s")
+    top = max(ns)
+    for r in range(runs):
+        p = run([squashd, "walk", usr["path"], "--threads", str(top), "--repeat", str(split_repeat),
+                 "--split", "--json"], check=False)
+        if p.returncode != 0:
+            out["skipped"]["split"] = f"squashd walk --split failed: {p.stderr.strip()[:300]}"
+            break
+        res = json.loads(p.stdout)
+        out["split"].append(res)
+        log(f"E4 split {top} threads run {r + 1}/{runs}: speedup {res['speedup']:.2f}x, "
+            f"{res['phases'][-1]['decompressions_per_metadata_block']} decompressions per metadata block")
+    return out

@@ -1,0 +1,327 @@
+"""The three file systems under test, how to tell whether this machine has them, and how to
+mount and unmount an image with each, always with the tool's own defaults.
+
+Every mount made here is recorded, and `cleanup()` (called from a `finally` in run.py) takes
+down whatever is left, so an interrupted run leaves no mount, loop device or daemon behind.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from .common import WORK_DIR, first_line, is_root, log, pids_with_args, rss_bytes, run
+
+_live_mounts = set()
+_live_procs = {}
+
+
+def mounted(path):
+    """Whether `path` is a mountpoint now (per /proc/mounts)."""
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 1 and fields[1].replace("\\040", " ") == path:
+                return True
+    return False
+
+
+def wait_mounted(path, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not mounted(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear mounted within {timeout:.0f} s")
+        time.sleep(0.005)
+
+
+class System:
+    """One file system implementation: kernel, squashfuse or squashd."""
+
+    name = "?"
+    label = "?"
+    fuse = False
+
+    def __init__(self):
+        self.skip_reason = None
+        self.version = None
+
+    def mount(self, image, mnt):
+        raise NotImplementedError
+
+    def unmount(self, mnt):
+        cmd = ["fusermount3", "-u", mnt] if self.fuse else ["umount", mnt]
+        p = run(cmd, check=False)
+        if p.returncode != 0 and mounted(mnt):
+            # Busy after a killed run: detach lazily rather than leave it behind.
+            run(["umount", "-l", mnt], check=False)
+        _live_mounts.discard(mnt)
+
+    def daemon_pids(self, image):
+        """Pids of the processes serving `image` (FUSE only)."""
+        return []
+
+    def counters(self, mnt):
+        """The file system's own counters for a mount, where it can report them."""
+        return None
+
+    def mounted_at(self, image, mnt):
+        """Context manager: `image` mounted on `mnt` for the duration of a `with`."""
+        return _Mounted(self, image, mnt)
+
+
+class _Mounted:
+    def __init__(self, system, image, mnt):
+        self.system, self.image, self.mnt = system, image, mnt
+
+    def __enter__(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        _live_mounts.add((self.system, self.mnt))
+        self.system.mount(self.image, self.mnt)
+        return self.mnt
+
+    def __exit__(self, *exc):
+        try:
+            self.system.unmount(self.mnt)
+        finally:
+            _live_mounts.discard((self.system, self.mnt))
+        return False
+
+
+class Kernel(System):
+    name = "kernel"
+    label = "kernel squashfs (loop)"
+
+    def __init__(self):
+        super().__init__()
+        self.version = "Linux " + os.uname().release
+        if not is_root():
+            self.skip_reason = "not root: loop mounts need root"
+        elif not os.path.exists("/dev/loop-control"):
+            self.skip_reason = "no /dev/loop-control: loop devices unavailable"
+        else:
+            with open("/proc/filesystems") as f:
+                has = any(line.split()[-1] == "squashfs" for line in f if line.strip())
+            if not has:
+                run(["modprobe", "squashfs"], check=False)
+                with open("/proc/filesystems") as f:
+                    has = any(line.split()[-1] == "squashfs" for line in f if line.strip())
+            if not has:
+                self.skip_reason = "the kernel has no squashfs support"
+
+    def mount(self, image, mnt):
+        # mount(8) sets up the loop device (autoclear) and frees it at umount.
+        run(["mount", "-t", "squashfs", "-o", "loop,ro", image, mnt])
+
+
+class Squashfuse(System):
+    name = "squashfuse"
+    fuse = True
+
+    def __init__(self, binary):
+        super().__init__()
+        self.binary = binary
+        self.label = os.path.basename(binary)
+        if not os.path.exists(binary) and not _which(binary):
+            self.skip_reason = f"{binary} not found (Debian package squashfuse)"
+        elif not os.path.exists("/dev/fuse"):
+            self.skip_reason = "no /dev/fuse"
+        else:
+            self.version = _squashfuse_version(binary)
+            self.label = f"{os.path.basename(binary)} {self.version}"
+
+    def mount(self, image, mnt):
+        # squashfuse_ll daemonizes itself once the mount is made.
+        run([self.binary, image, mnt])
+        wait_mounted(mnt)
+
+    def daemon_pids(self, image):
+        return pids_with_args(os.path.basename(self.binary), image)
+
+
+class Squashd(System):
+    name = "squashd"
+    fuse = True
+
+    def __init__(self, binary):
+        super().__init__()
+        self.binary = binary
+        self.label = "squashd"
+        self.version = first_line([binary, "--version"])
+        self.has_mount = _exit_ok([binary, "mount", "--help"])
+        self.has_serve = _exit_ok([binary, "serve", "--help"])
+        self.has_status = _exit_ok([binary, "status", "--help"])
+        if not os.path.exists("/dev/fuse"):
+            self.skip_reason = "no /dev/fuse"
+        elif not self.has_mount:
+            self.skip_reason = "squashd mount not available yet"
+
+    def mount(self, image, mnt):
+        # `squashd mount` detaches once the mount answers; defaults only, no -o.
+        run([self.binary, "mount", image, mnt])
+        wait_mounted(mnt)
+
+    def daemon_pids(self, image):
+        return pids_with_args("squashd", image)
+
+    def counters(self, mnt):
+        """Hook: `squashd status --json` (from the serve issue) where the binary has it."""
+        if not self.has_status:
+            return None
+        p = run([self.binary, "status", "--json"], check=False)
+        if p.returncode != 0:
+            return None
+        try:
+            status = json.loads(p.stdout)
+        except ValueError:
+            return None
+        images = status.get("images", status) if isinstance(status, dict) else status
+        if isinstance(images, list):
+            for entry in images:
+                if isinstance(entry, dict) and entry.get("mountpoint") == mnt:
+                    return entry
+        return None
+
+
+def _squashfuse_version(binary):
+    """The version squashfuse prints (on stderr, after its usage text on stdout)."""
+    try:
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    m = re.search(r"squashfuse (\d[\w.]*)", p.stdout + p.stderr)
+    return m.group(1) if m else "?"
+
+
+def _which(name):
+    for d in os.environ.get("PATH", "").split(":"):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def _exit_ok(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class ServeDaemon:
+    """`squashd serve --config FILE` serving many images from one process (issue 4).
+
+    Everything that depends on the serve interface is in this class: the TOML config, readiness
+    (READY=1 on NOTIFY_SOCKET, with polling of the mountpoints as a fallback) and shutdown."""
+
+    def __init__(self, binary, pairs, timeout=120.0):
+        self.binary, self.pairs, self.timeout = binary, pairs, timeout
+        self.proc = None
+        self.dir = tempfile.mkdtemp(prefix="serve-", dir=WORK_DIR)
+
+    def config_text(self):
+        lines = []
+        for image, mnt in self.pairs:
+            lines += ["[[image]]", f"path = {json.dumps(image)}", f"mountpoint = {json.dumps(mnt)}", ""]
+        return "\n".join(lines)
+
+    def start(self):
+        """Starts the daemon; returns once every image is mounted (READY=1 or all mountpoints)."""
+        config = os.path.join(self.dir, "serve.toml")
+        with open(config, "w") as f:
+            f.write(self.config_text())
+        notify_path = os.path.join(self.dir, "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(notify_path)
+        sock.settimeout(0.01)
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        for _, mnt in self.pairs:
+            _live_mounts.add((_FuseUnmounter, mnt))
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "--config", config],
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.dir, "serve.log"), "w"),
+            env=env,
+        )
+        _live_procs[self.proc.pid] = self.proc
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                try:
+                    if b"READY=1" in sock.recv(4096):
+                        return
+                except socket.timeout:
+                    pass
+                if all(mounted(m) for _, m in self.pairs):
+                    return
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"squashd serve exited with {self.proc.returncode}: {self.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"squashd serve not ready within {self.timeout:.0f} s: {self.log_tail()}")
+        finally:
+            sock.close()
+
+    def log_tail(self):
+        try:
+            with open(os.path.join(self.dir, "serve.log")) as f:
+                return f.read()[-400:].strip()
+        except OSError:
+            return ""
+
+    def rss(self):
+        return rss_bytes(self.proc.pid) if self.proc else 0
+
+    def stop(self):
+        """SIGTERM (serve detaches everything), then make sure nothing is left."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            _live_procs.pop(self.proc.pid, None)
+        for _, mnt in self.pairs:
+            if mounted(mnt):
+                _FuseUnmounter.unmount(mnt)
+            _live_mounts.discard((_FuseUnmounter, mnt))
+
+
+class _FuseUnmounterClass(System):
+    fuse = True
+
+
+_FuseUnmounter = _FuseUnmounterClass()
+
+
+def cleanup():
+    """Unmounts everything this run mounted and stops the daemons it started."""
+    for pid, proc in list(_live_procs.items()):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        _live_procs.pop(pid, None)
+    for system, mnt in list(_live_mounts):
+        if mounted(mnt):
+            log(f"cleanup: unmounting {mnt}")
+            system.unmount(mnt)
+        _live_mounts.discard((system, mnt))
+
+
+def leftovers():
+    """Mounts and loop devices under bench/work still present (should be none)."""
+    left = []
+    with open("/proc/mounts") as f:
+        for line in f:
+            if WORK_DIR in line:
+                left.append(line.split()[1])
+    p = run(["losetup", "-a"], check=False)
+    left += [line for line in p.stdout.splitlines() if WORK_DIR in line]
+    return left

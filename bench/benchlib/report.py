@@ -1,0 +1,276 @@
+"""Turns the raw runs into a markdown report and PNG plots."""
+
+import os
+
+from .common import summary
+
+ORDER = ["kernel", "squashfuse", "squashd"]
+COLORS = {"kernel": "#4c72b0", "squashfuse": "#dd8452", "squashd": "#55a868",
+          "unsquashfs": "#8172b3"}
+
+
+def _fmt_s(st):
+    if not st:
+        return "-"
+    return f"{st['median']:.3f} s ({st['min']:.3f}–{st['max']:.3f})"
+
+
+def _ratio(a, b):
+    if not a or not b or not b["median"]:
+        return "-"
+    return f"{a['median'] / b['median']:.2f}x"
+
+
+def _skips(section):
+    return [f"- {name}: skipped: {why}" for name, why in section.get("skipped", {}).items()]
+
+
+def _labels(results):
+    return {s["name"]: s["label"] for s in results["systems"]}
+
+
+def markdown(results):
+    label = _labels(results)
+    m = results["machine"]
+    img = results["images"]
+    lines = [
+        f"# squashd benchmark: {results['mode']} mode, {results['date']}",
+        "",
+        f"Machine: {m['cpu']}, {m['nproc']} cores, {m['memory_gib']:.1f} GiB RAM, kernel {m['kernel']}. "
+        f"Load average at start {m.get('loadavg_start', '?')}, at end {m.get('loadavg_end', '?')}. "
+        f"Tools: {m['mksquashfs']}; {m['unsquashfs']}; {m['fio']}; {m['squashfuse']}; {m['squashd']} (git {m['git']}).",
+        "",
+        f"Command: `{results['command']}`. Each figure is the median of {results['runs']} runs, "
+        "with min–max in parentheses; ratios are medians divided, taken in the same run.",
+        "",
+        "Images (built by the suite on this machine):",
+        "",
+        f"- usr: `{img['usr']['command']}`: {img['usr']['built_from']}; image {img['usr']['image_bytes'] / 1e9:.2f} GB.",
+        f"- data: `{img['data']['command']}`: {img['data']['built_from']}; image {img['data']['image_bytes'] / 1e6:.0f} MB.",
+        f"- services: {img['services']['count']} images, {img['services']['image_bytes'] / 1e6:.0f} MB in all "
+        f"({img['services']['smallest_bytes'] / 1024:.0f} KiB to {img['services']['largest_bytes'] / 2**20:.1f} MiB): "
+        f"{img['services']['built_from']}.",
+        "",
+    ]
+    lines += _e1_md(results["E1"], label)
+    lines += _e2_md(results["E2"], label)
+    lines += _e3_md(results["E3"], label)
+    lines += _e4_md(results["E4"])
+    return "\n".join(lines) + "\n"
+
+
+def _e1_md(e1, label):
+    out = ["## E1: parallel `find` walks of usr", "",
+           f"N concurrent `find MNT -print > /dev/null`; cold = fresh mount after drop_caches, warm = the same "
+           f"N again on that mount. {e1.get('entries') or '?'} entries.", ""]
+    systems = [s for s in ORDER if s in e1["rows"]]
+    if systems:
+        head = "| N | " + " | ".join(label[s] for s in systems)
+        ratios = [("squashd", "kernel"), ("squashd", "squashfuse")]
+        ratios = [r for r in ratios if r[0] in systems and r[1] in systems]
+        head += "".join(f" | {a}/{b}" for a, b in ratios) + " |"
+        out += [head, "|" + "---|" * (1 + len(systems) + len(ratios))]
+        for phase in ("cold", "warm"):
+            for n in e1["ns"]:
+                st = {s: summary(e1["rows"][s][phase][str(n)]) for s in systems}
+                row = f"| {n} {phase} | " + " | ".join(_fmt_s(st[s]) for s in systems)
+                row += "".join(f" | {_ratio(st[a], st[b])}" for a, b in ratios) + " |"
+                out.append(row)
+        out.append("")
+    out += _skips(e1) + ["", "![E1](e1.png)", ""] if _skips(e1) else ["![E1](e1.png)", ""]
+    return out
+
+
+def _e2_md(e2, label):
+    out = ["## E2: reads of the 1 GiB file" if e2["file_bytes"] >= 1 << 30 else
+           f"## E2: reads of a {e2['file_bytes'] >> 20} MiB file", "",
+           "`fio --ioengine=psync --iodepth=1 --numjobs=1`: 128 KiB sequential cold (fresh mount, drop_caches), "
+           "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads for "
+           f"{e2['random_runtime']} s.", ""]
+    systems = [s for s in ORDER if s in e2["rows"]]
+    if systems:
+        out += ["| | " + " | ".join(label[s] for s in systems) + " |", "|" + "---|" * (1 + len(systems))]
+        names = {"seq_cold": "sequential cold", "seq_invalidated": "sequential invalidated",
+                 "seq_warm": "sequential warm", "rand_4k": "random 4 KiB"}
+        for k, name in names.items():
+            cells = []
+            for s in systems:
+                if k == "rand_4k":
+                    st = summary([x["iops"] for x in e2["rows"][s][k]])
+                    cells.append(f"{st['median'] / 1000:.1f}k IOPS ({st['min'] / 1000:.1f}–{st['max'] / 1000:.1f}k)")
+                else:
+                    st = summary([x["bw_bytes"] / 2**20 for x in e2["rows"][s][k]])
+                    cells.append(f"{st['median']:.0f} MiB/s ({st['min']:.0f}–{st['max']:.0f})")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out + _skips(e2) + ["", "![E2](e2.png)", ""]
+
+
+def _e3_md(e3, label):
+    out = [f"## E3: {e3['count']} service images", "",
+           "All mounted and their roots listed at once after drop_caches (time until all listed); memory after "
+           "walking every image once (FUSE: RSS sum of the serving processes; kernel: slab growth).", ""]
+    systems = [s for s in ORDER if s in e3["rows"]]
+    if systems:
+        out += ["| | " + " | ".join(label[s] for s in systems) + " |", "|" + "---|" * (1 + len(systems))]
+        out.append("| time to all mounted and listed | " + " | ".join(
+            _fmt_s(summary(e3["rows"][s]["seconds"])) for s in systems) + " |")
+        cells = []
+        for s in systems:
+            st = summary([b / 2**20 for b in e3["rows"][s]["memory_bytes"]])
+            procs = max(e3["rows"][s]["processes"] or [0])
+            what = "slab" if s == "kernel" else f"RSS, {procs} process(es)"
+            cells.append(f"{st['median']:.1f} MiB {what}")
+        out.append("| memory after walking every image | " + " | ".join(cells) + " |")
+        out.append("")
+        out += [f"- squashd: {how}" for how in e3.get("how", {}).values()]
+    return out + _skips(e3) + ["", "![E3](e3.png)", ""]
+
+
+def _e4_md(e4):
+    out = ["## E4: offline tools and in-process walks", "",
+           "Caches dropped before each run; extraction into the same file system, output removed between runs.", "",
+           "| | time | max RSS | squashd / unsquashfs |", "|---|---|---|---|"]
+
+    def rows(table, base, ours, what):
+        b = summary(table.get(base, {}).get("seconds", []))
+        o = summary(table.get(ours, {}).get("seconds", []))
+        for name, st in ((base, b), (ours, o)):
+            if st:
+                rss = max(table[name]["max_rss_bytes"]) / 2**20
+                ratio = _ratio(o, b) if name == ours else ""
+                out.append(f"| `{name}` {what} | {_fmt_s(st)} | {rss:.0f} MiB | {ratio} |")
+
+    rows(e4["ls"], "unsquashfs -lls", "squashd ls -R -l", "usr")
+    for key, ex in e4["extract"].items():
+        rows(ex["rows"], "unsquashfs -d", "squashd extract -d", key)
+    out.append("")
+    if e4["walk"]:
+        out += ["`squashd walk usr --threads N --warmup`: N threads each walk the whole tree (read_dir + inode of "
+                "every entry), page cache warm, squashd's caches cold.", "",
+                "| N | wall time | walks/s | metadata decompressions per block | hit ratio | wait time |",
+                "|---|---|---|---|---|---|"]
+        for n, runs in e4["walk"].items():
+            st = summary([r["wall_seconds"] for r in runs])
+            last = runs[-1]
+            out.append(f"| {n} | {_fmt_s(st)} | {int(n) / st['median']:.1f} | "
+                       f"{last['decompressions_per_metadata_block']} | {last['metadata']['hit_ratio'] * 100:.2f}% | "
+                       f"{last['metadata']['wait_seconds']:.3f} s |")
+        out.append("")
+    if e4["split"]:
+        sp = summary([r["speedup"] for r in e4["split"]])
+        last = e4["split"][-1]
+        serial, par = last["phases"]
+        walks = par["threads"] * par["walks_per_thread"]
+        out += [f"`squashd walk usr --threads {par['threads']} --repeat {par['walks_per_thread']} --split`: "
+                f"the same total work ({walks} walks): 1 thread doing all of them vs {par['threads']} threads "
+                f"doing {par['walks_per_thread']} each: speedup {sp['median']:.2f}x ({sp['min']:.2f}–{sp['max']:.2f}); serial "
+                f"{serial['wall_seconds']:.3f} s, parallel {par['wall_seconds']:.3f} s (last run); "
+                f"{par['metadata']['loads']} metadata decompressions for {par['distinct_metadata_blocks']} distinct "
+                f"blocks ({par['decompressions_per_metadata_block']} per block), "
+                f"{par['bytes_read'] / 2**20:.1f} MiB read from the image.", ""]
+    return out + _skips(e4) + ["", "![E4](e4.png)", ""]
+
+
+def plots(results, out_dir, prefix):
+    """Writes e1..e4 PNGs; returns their paths. Needs matplotlib (python3-matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    label = _labels(results)
+    paths = []
+
+    def save(fig, name):
+        p = os.path.join(out_dir, f"{prefix}{name}.png")
+        fig.tight_layout()
+        fig.savefig(p, dpi=80)
+        plt.close(fig)
+        paths.append(p)
+
+    e1 = results["E1"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, phase in zip(axes, ("cold", "warm")):
+        for s in ORDER:
+            if s not in e1["rows"]:
+                continue
+            st = [summary(e1["rows"][s][phase][str(n)]) for n in e1["ns"]]
+            med = [x["median"] for x in st]
+            err = [[x["median"] - x["min"] for x in st], [x["max"] - x["median"] for x in st]]
+            ax.errorbar(e1["ns"], med, yerr=err, marker="o", capsize=3, label=label[s], color=COLORS[s])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(e1["ns"], [str(n) for n in e1["ns"]])
+        ax.set_xlabel("concurrent find processes (N)")
+        ax.set_title(f"E1 {phase}: time until all N finds end")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("seconds (log scale, lower is better)")
+    axes[0].legend()
+    save(fig, "e1")
+
+    e2 = results["E2"]
+    systems = [s for s in ORDER if s in e2["rows"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 1.3]})
+    kinds = [("seq_cold", "cold"), ("seq_invalidated", "invalidated"), ("seq_warm", "warm")]
+    width = 0.8 / max(1, len(systems))
+    for i, s in enumerate(systems):
+        meds = [summary([x["bw_bytes"] / 2**20 for x in e2["rows"][s][k]])["median"] for k, _ in kinds]
+        bars = a.bar([j + i * width for j in range(len(kinds))], meds, width, label=label[s], color=COLORS[s])
+        a.bar_label(bars, fmt="%.0f", fontsize=8)
+        iops = summary([x["iops"] for x in e2["rows"][s]["rand_4k"]])["median"]
+        b.bar_label(b.bar(i, iops / 1000, color=COLORS[s]), fmt="%.1fk", fontsize=8)
+    a.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(kinds))], [n for _, n in kinds])
+    a.set_yscale("log")
+    a.set_ylabel("MiB/s (log scale, higher is better)")
+    a.set_title("E2: 128 KiB sequential reads")
+    a.legend()
+    b.set_xticks(range(len(systems)), [s for s in systems])
+    b.set_ylabel("thousand IOPS")
+    b.set_title("E2: 4 KiB random reads")
+    save(fig, "e2")
+
+    e3 = results["E3"]
+    systems = [s for s in ORDER if s in e3["rows"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for i, s in enumerate(systems):
+        st = summary(e3["rows"][s]["seconds"])
+        a.bar_label(a.bar(i, st["median"], yerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]],
+                          capsize=4, color=COLORS[s]), fmt="%.2f s", fontsize=8, label_type="center")
+        b.bar_label(b.bar(i, summary(e3["rows"][s]["memory_bytes"])["median"] / 2**20, color=COLORS[s]),
+                    fmt="%.0f MiB", fontsize=8)
+    a.set_xticks(range(len(systems)), systems)
+    a.set_ylabel("seconds")
+    a.set_title(f"E3: {e3['count']} images mounted + listed")
+    b.set_xticks(range(len(systems)), [s + (" (slab)" if s == "kernel" else " (RSS)") for s in systems])
+    b.set_ylabel("MiB")
+    b.set_title("E3: memory after walking all")
+    save(fig, "e3")
+
+    e4 = results["E4"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    groups = [("ls -R -l\nusr", e4["ls"], "unsquashfs -lls", "squashd ls -R -l")]
+    groups += [(f"extract\n{k}", ex["rows"], "unsquashfs -d", "squashd extract -d") for k, ex in e4["extract"].items()]
+    for j, (name, table, base, ours) in enumerate(groups):
+        for i, (tool, color) in enumerate(((base, COLORS["unsquashfs"]), (ours, COLORS["squashd"]))):
+            if tool in table:
+                st = summary(table[tool]["seconds"])
+                a.bar(j + i * 0.4, st["median"], 0.4, color=color,
+                      yerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]], capsize=3,
+                      label=("unsquashfs" if i == 0 else "squashd") if j == 0 else None)
+    a.set_xticks([j + 0.2 for j in range(len(groups))], [g[0] for g in groups])
+    a.set_ylabel("seconds (caches dropped)")
+    a.set_title("E4: offline tools")
+    a.legend()
+    if e4["walk"]:
+        ns = [int(n) for n in e4["walk"]]
+        meds = [summary([r["wall_seconds"] for r in e4["walk"][str(n)]])["median"] for n in ns]
+        b.plot(ns, [n / m for n, m in zip(ns, meds)], marker="o", color=COLORS["squashd"])
+        b.set_xscale("log", base=2)
+        b.set_xticks(ns, [str(n) for n in ns])
+        b.set_xlabel("threads, each walking the whole tree")
+        b.set_ylabel("whole-tree walks per second")
+        b.set_title("E4: squashd walk (in-process)")
+        b.grid(True, alpha=0.3)
+    save(fig, "e4")
+    return paths

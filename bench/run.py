@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""squashd's benchmark suite: the experiments of ../shared/anchors.md, side by side with the
+kernel's squashfs and squashfuse_ll, in one run. See bench/README.md.
+
+    sudo python3 bench/run.py --quick      # development: under 5 minutes on 2 cores
+    sudo python3 bench/run.py              # full: the anchor images (/usr, 1 GiB data file)
+
+Writes bench/results/<date>-<mode>.{json,md} and PNG plots, and copies them to latest.*.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchlib import experiments, images, report  # noqa: E402
+from benchlib.common import REPO_DIR, WORK_DIR, first_line, is_root, log, meminfo, run  # noqa: E402
+from benchlib.mounts import Kernel, Squashd, Squashfuse, cleanup, leftovers  # noqa: E402
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small images, fewer N, short random reads")
+    p.add_argument("--runs", type=int, default=3, help="runs of every measurement (default 3)")
+    p.add_argument("--squashfuse", default="/usr/bin/squashfuse_ll", help="the squashfuse_ll binary to compare with")
+    p.add_argument("--squashd", default=os.path.join(REPO_DIR, "target", "release", "squashd"))
+    p.add_argument("--no-build", action="store_true", help="do not run cargo build first")
+    p.add_argument("--only", default="E1,E2,E3,E4", help="comma-separated experiments to run")
+    p.add_argument("--out", default=RESULTS_DIR, help="where results go")
+    return p.parse_args()
+
+
+def machine_info(squashd):
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    git = run(["git", "-C", REPO_DIR, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
+    return {
+        "cpu": cpu,
+        "nproc": os.cpu_count(),
+        "memory_gib": meminfo()["MemTotal"] / 2**30,
+        "kernel": os.uname().release,
+        "mksquashfs": (first_line(["mksquashfs", "-version"]) or "mksquashfs ?").split(" (")[0],
+        "unsquashfs": (first_line(["unsquashfs", "-version"]) or "unsquashfs ?").split(" (")[0],
+        "fio": first_line(["fio", "--version"]) or "fio ?",
+        "squashfuse": (first_line(["dpkg-query", "-W", "-f", "squashfuse ${Version} (Debian)", "squashfuse"])
+                       or "squashfuse ?"),
+        "squashd": first_line([squashd, "--version"]) or "squashd ?",
+        "git": git or "?",
+        "loadavg_start": _loadavg(),
+    }
+
+
+def _loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def reexec_with_matplotlib():
+    """Plots need matplotlib; Debian's python3-matplotlib is for /usr/bin/python3, which may not
+    be the python3 on PATH (pyenv, venvs): switch to it when this interpreter lacks it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+            os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+
+
+def main():
+    reexec_with_matplotlib()
+    args = parse_args()
+    mode = "quick" if args.quick else "full"
+    if not is_root():
+        sys.exit("bench/run.py needs root: it drops caches and mounts images (run it with sudo)")
+    for tool in ("mksquashfs", "unsquashfs", "fio"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: run scripts/setup.sh")
+    if not args.no_build:
+        log("cargo build --release -p squashd")
+        subprocess.run(["cargo", "build", "--release", "-p", "squashd"], cwd=REPO_DIR, check=True)
+    squashd = os.path.abspath(args.squashd)
+    only = {e.strip().upper() for e in args.only.split(",")}
+    ns = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16]
+    started = datetime.datetime.now(datetime.timezone.utc)
+
+    systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd)]
+    for s in systems:
+        log(f"{s.name}: " + (f"skipped: {s.skip_reason}" if s.skip_reason else f"{s.label} ({s.version})"))
+
+    results = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": mode,
+        "runs": args.runs,
+        "command": "sudo python3 bench/run.py" + (" --quick" if args.quick else ""),
+        "machine": machine_info(squashd),
+        "systems": [{"name": s.name, "label": s.label, "version": s.version, "skip_reason": s.skip_reason}
+                    for s in systems],
+    }
+    try:
+        results["images"] = images.build_all(mode)
+        usr, data, services = results["images"]["usr"], results["images"]["data"], results["images"]["services"]
+        empty = {"rows": {}, "skipped": {"all": "not run (--only)"}}
+        results["E1"] = (experiments.e1_walks(systems, usr, ns, args.runs) if "E1" in only
+                         else dict(empty, ns=ns, entries=None))
+        results["E2"] = (experiments.e2_reads(systems, data, args.runs, 3 if args.quick else 10) if "E2" in only
+                         else dict(empty, file_bytes=data["file_bytes"], random_runtime=0))
+        results["E3"] = (experiments.e3_many(systems, services, args.runs) if "E3" in only
+                         else dict(empty, count=services["count"]))
+        results["E4"] = (experiments.e4_offline(squashd, usr, data, ns, args.runs, 8 if args.quick else 2) if "E4" in only
+                         else {"ls": {}, "extract": {}, "walk": {}, "split": [], "skipped": {"all": "not run"}})
+    finally:
+        cleanup()
+        left = leftovers()
+        if left:
+            log(f"WARNING: left behind: {left}")
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    results["machine"]["loadavg_end"] = _loadavg()
+    results["duration_seconds"] = (finished - started).total_seconds()
+
+    os.makedirs(args.out, exist_ok=True)
+    stem = f"{started.strftime('%Y-%m-%d')}-{mode}"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+    md = report.markdown(results)
+    try:
+        report.plots(results, args.out, stem + "-")
+        md = md.replace("](e", f"]({stem}-e")
+    except ImportError:
+        md += "\n(no plots: matplotlib is missing; scripts/setup.sh installs python3-matplotlib)\n"
+    md += f"\nTotal run time: {results['duration_seconds'] / 60:.1f} min.\n"
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+        f.write(md)
+    # latest.*: the same files under a stable name for the README to point at.
+    for name in os.listdir(args.out):
+        if name.startswith(stem):
+            shutil.copy(os.path.join(args.out, name), os.path.join(args.out, "latest" + name[len(stem):]))
+    with open(os.path.join(args.out, "latest.md"), "w") as f:
+        f.write(md.replace(f"]({stem}-e", "](latest-e"))
+    log(f"wrote {os.path.join(args.out, stem)}.md/.json and plots; total {results['duration_seconds'] / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

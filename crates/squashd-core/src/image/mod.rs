@@ -199,13 +199,16 @@ impl Image {
     }
 
     /// This image's counters: its hits, misses, decompressions and waits in each cache tier,
-    /// and the bytes it read from its source. Capacity and residency are those of the caches,
-    /// which may be shared with other images (see [`Caches::stats`]).
+    /// and the bytes it read from its source. Capacity, residency and evictions are those of
+    /// the caches, which may be shared with other images (see [`Caches::stats`]): an eviction
+    /// is not attributed to an image.
     pub fn stats(&self) -> ImageStats {
         let caches = self.inner.caches.stats();
         let own = &self.inner.counters;
-        let tier = |own: &CacheCounters, shared: CacheStats| {
-            own.snapshot(shared.capacity_bytes, shared.resident_bytes, shared.entries)
+        let tier = |own: &CacheCounters, shared: CacheStats| CacheStats {
+            // Only the cache sees evictions; the image's own stripes never count them.
+            evictions: shared.evictions,
+            ..own.snapshot(shared.capacity_bytes, shared.resident_bytes, shared.entries)
         };
         ImageStats {
             metadata: tier(&own.metadata, caches.metadata),

@@ -2,10 +2,12 @@
 //!
 //! Every decoder writes into a caller-sized buffer and fails if the block would decompress to
 //! more than that: a hostile block cannot make it allocate. Codecs with reusable state (zstd,
-//! libdeflate) keep one context per thread, so concurrent readers never share one.
+//! libdeflate) take a context from a small shared pool and put it back: no block allocates a
+//! context, no two readers share one at a time, and memory follows the number of cores rather
+//! than the number of threads (a daemon serving 69 images has hundreds of threads).
 
 use crate::format::superblock::Compressor;
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// Why a block could not be decompressed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,31 +44,31 @@ pub fn decompress(
         limit: output.len(),
     };
     match compressor {
-        Compressor::Gzip => GZIP.with(|d| {
-            d.borrow_mut()
-                .zlib_decompress(input, output)
-                .map_err(|e| match e {
-                    libdeflater::DecompressionError::InsufficientSpace => too_large,
-                    other => corrupt(other.to_string()),
-                })
-        }),
-        Compressor::Zstd => ZSTD.with(|d| {
-            let mut d = d.borrow_mut();
-            let d = match d.as_mut() {
+        Compressor::Gzip => {
+            let mut d = GZIP.take().unwrap_or_default();
+            let result = d.zlib_decompress(input, output).map_err(|e| match e {
+                libdeflater::DecompressionError::InsufficientSpace => too_large,
+                other => corrupt(other.to_string()),
+            });
+            GZIP.give(d);
+            result
+        }
+        Compressor::Zstd => {
+            let mut d = match ZSTD.take() {
                 Some(d) => d,
-                None => {
-                    d.insert(zstd::bulk::Decompressor::new().map_err(|e| corrupt(e.to_string()))?)
-                }
+                None => zstd::bulk::Decompressor::new().map_err(|e| corrupt(e.to_string()))?,
             };
-            d.decompress_to_buffer(input, output).map_err(|e| {
+            let result = d.decompress_to_buffer(input, output).map_err(|e| {
                 let msg = e.to_string();
                 if msg.contains("Destination buffer is too small") {
                     too_large
                 } else {
                     corrupt(msg)
                 }
-            })
-        }),
+            });
+            ZSTD.give(d);
+            result
+        }
         Compressor::Lz4 => lz4_flex::block::decompress_into(input, output).map_err(|e| match e {
             lz4_flex::block::DecompressError::OutputTooSmall { .. } => too_large,
             other => corrupt(other.to_string()),
@@ -92,9 +94,35 @@ pub fn decompress(
 /// largest block size, 1 MiB, bounds the useful dictionary), refusing absurd ones.
 const XZ_MEMLIMIT: u64 = 64 << 20;
 
-thread_local! {
-    static GZIP: RefCell<libdeflater::Decompressor> = RefCell::new(libdeflater::Decompressor::new());
-    static ZSTD: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+static GZIP: ContextPool<libdeflater::Decompressor> = ContextPool::new();
+static ZSTD: ContextPool<zstd::bulk::Decompressor<'static>> = ContextPool::new();
+
+/// Idle decompression contexts. The lock is held for a push or a pop, never while decompressing.
+struct ContextPool<T> {
+    idle: Mutex<Vec<T>>,
+}
+
+impl<T> ContextPool<T> {
+    const fn new() -> Self {
+        ContextPool {
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle context, if there is one.
+    fn take(&self) -> Option<T> {
+        self.idle.lock().ok()?.pop()
+    }
+
+    /// Returns a context; beyond a few per core, it is dropped.
+    fn give(&self, context: T) {
+        let keep = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < keep {
+                idle.push(context);
+            }
+        }
+    }
 }
 
 fn run_lzma(

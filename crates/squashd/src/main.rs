@@ -50,7 +50,21 @@ enum Command {
     Walk(cli::walk::Args),
 }
 
+/// Keeps large allocations out of the heap. fuser gives every request thread a zeroed 16 MiB
+/// buffer of which a request touches a few pages; once glibc has freed one large block its
+/// dynamic mmap threshold rises, later buffers come from the heap and calloc touches all of
+/// them: 69 served images then cost 1.4 GB of RSS instead of 11 MB. A fixed threshold keeps
+/// them in fresh, untouched mappings.
+fn fix_mmap_threshold() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes allocator tuning; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+    }
+}
+
 fn main() -> ExitCode {
+    fix_mmap_threshold();
     if let Some(code) = mount::helper_main() {
         return code;
     }

@@ -322,13 +322,29 @@ fn detach_stdio() {
     let _ = std::env::set_current_dir("/");
 }
 
-/// When run as `mount.fuse.squashd` (by mount(8) for `-t fuse.squashd`), parses the mount
+/// Whether mount.fuse3 ran us as `squashd IMAGE DIR -o OPTIONS` (what `mount -t
+/// fuse.squashd` does when no `mount.fuse.squashd` is installed): the first operand is an
+/// image path (not a subcommand name) and the second a directory.
+fn called_by_mount_fuse3() -> bool {
+    let args: Vec<_> = std::env::args_os().skip(1).take(2).collect();
+    let [image, dir] = args.as_slice() else {
+        return false;
+    };
+    let image = Path::new(image);
+    let looks_like_path = image.components().count() > 1 || image.extension().is_some();
+    looks_like_path && image.is_file() && Path::new(dir).is_dir()
+}
+
+/// When run as `mount.fuse.squashd` (by mount(8) for `-t fuse.squashd`) or by mount.fuse3, parses the mount
 /// helper's calling convention and mounts; `None` when run under another name.
 pub fn helper_main() -> Option<ExitCode> {
     let mut argv = std::env::args_os();
     let name = PathBuf::from(argv.next()?);
     let name = name.file_name()?.to_string_lossy().into_owned();
-    if !name.starts_with("mount.fuse.squashd") && !name.starts_with("mount.squashd") {
+    if !name.starts_with("mount.fuse.squashd")
+        && !name.starts_with("mount.squashd")
+        && !called_by_mount_fuse3()
+    {
         return None;
     }
     let mut positional = Vec::new();

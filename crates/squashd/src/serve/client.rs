@@ -1,0 +1,164 @@
+//! `squashd attach`, `detach` and `status`: clients of a running `squashd serve`.
+
+use super::protocol::{Request, Response, Status, DEFAULT_SOCKET};
+use anyhow::{bail, Context};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// Where to reach the daemon.
+#[derive(clap::Args, Debug)]
+pub struct SocketArg {
+    /// The daemon's control socket [env: SQUASHD_SOCKET; default: /run/squashd/control.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .or_else(|| std::env::var_os("SQUASHD_SOCKET").map(PathBuf::from))
+            .unwrap_or_else(|| DEFAULT_SOCKET.into())
+    }
+}
+
+/// Arguments of `squashd attach`.
+#[derive(clap::Args, Debug)]
+pub struct AttachArgs {
+    /// The SquashFS image file.
+    image: PathBuf,
+    /// The directory to mount it on.
+    mountpoint: PathBuf,
+    /// Mount options, comma-separated, as `squashd mount -o` takes them. Cache budget options
+    /// give the image a budget of its own instead of a share of the daemon's.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    #[command(flatten)]
+    socket: SocketArg,
+}
+
+/// Arguments of `squashd detach`.
+#[derive(clap::Args, Debug)]
+pub struct DetachArgs {
+    /// Mount point of the image to detach.
+    mountpoint: PathBuf,
+    /// Detach even while files are open (as `umount -l`).
+    #[arg(long)]
+    lazy: bool,
+    #[command(flatten)]
+    socket: SocketArg,
+}
+
+/// Arguments of `squashd status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    socket: SocketArg,
+}
+
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))
+}
+
+fn call(socket: &Path, request: &Request) -> anyhow::Result<Response> {
+    let mut conn = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "{}: cannot reach the daemon (is `squashd serve` running?)",
+            socket.display()
+        )
+    })?;
+    let mut text = serde_json::to_string(request)?;
+    text.push('\n');
+    conn.write_all(text.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(conn).read_line(&mut line)?;
+    serde_json::from_str(&line).context("the daemon's answer is malformed")
+}
+
+fn expect_ok(response: Response) -> anyhow::Result<()> {
+    match response {
+        Response::Ok { message } => {
+            println!("{message}");
+            Ok(())
+        }
+        Response::Error { message } => bail!("{message}"),
+        Response::Status(_) => bail!("the daemon answered with a status report"),
+    }
+}
+
+/// Runs `squashd attach`.
+pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
+    let request = Request::Attach {
+        image: absolute(&args.image)?,
+        mountpoint: absolute(&args.mountpoint)?,
+        options: args.options,
+    };
+    expect_ok(call(&args.socket.path(), &request)?)
+}
+
+/// Runs `squashd detach`.
+pub fn detach(args: DetachArgs) -> anyhow::Result<()> {
+    let request = Request::Detach {
+        mountpoint: absolute(&args.mountpoint)?,
+        lazy: args.lazy,
+    };
+    expect_ok(call(&args.socket.path(), &request)?)
+}
+
+/// Runs `squashd status`.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let status = match call(&args.socket.path(), &Request::Status)? {
+        Response::Status(s) => s,
+        Response::Error { message } => bail!("{message}"),
+        Response::Ok { message } => bail!("unexpected answer: {message}"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print_table(&status);
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn print_table(s: &Status) {
+    let c = &s.shared_cache;
+    println!(
+        "daemon pid {}, RSS {}; shared cache: metadata {} of {}, data {} of {}, compressed {} of {}",
+        s.pid,
+        mib(s.rss_bytes),
+        mib(c.metadata.resident_bytes),
+        mib(c.metadata.capacity_bytes),
+        mib(c.data.resident_bytes),
+        mib(c.data.capacity_bytes),
+        mib(c.compressed.resident_bytes),
+        mib(c.compressed.capacity_bytes),
+    );
+    println!(
+        "{:<28} {:>10} {:>5} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
+        "MOUNTPOINT", "SIZE", "OPEN", "META HIT", "DATA HIT", "DECOMP", "READ", "ERRORS"
+    );
+    for i in &s.images {
+        println!(
+            "{:<28} {:>10} {:>5} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
+            i.mountpoint.display(),
+            mib(i.size_bytes),
+            i.open_handles,
+            i.cache.metadata.hit_ratio * 100.0,
+            i.cache.data.hit_ratio * 100.0,
+            i.cache.metadata.loads + i.cache.data.loads,
+            mib(i.bytes_read),
+            i.errors,
+            i.health,
+            i.image.display(),
+            if i.private_cache { " (own cache)" } else { "" },
+        );
+    }
+}

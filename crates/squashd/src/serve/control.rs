@@ -1,0 +1,136 @@
+//! The control socket: a Unix stream socket, mode 0600 (root-only by default), where each
+//! connection carries one JSON request and gets one JSON response. The peer's credentials are
+//! checked on every connection.
+
+use super::protocol::{Request, Response};
+use super::registry::Registry;
+use anyhow::Context;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Largest request accepted: an attach with long paths and options fits in far less.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// Binds the control socket at `path` (replacing a stale one) and serves it on a thread.
+pub fn listen(path: &Path, allow_uids: Vec<u32>, registry: Arc<Registry>) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))?;
+    }
+    if UnixStream::connect(path).is_ok() {
+        anyhow::bail!("{}: another daemon is listening there", path.display());
+    }
+    let _ = std::fs::remove_file(path);
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("{}: cannot listen", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("{}: cannot restrict to its owner", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let registry = registry.clone();
+                let allowed = allow_uids.clone();
+                // An attach waits for its mount to answer: serve each client on its own thread
+                // so a slow one does not hold up the others.
+                let _ = std::thread::Builder::new()
+                    .name("control-client".into())
+                    .spawn(move || handle(conn, me, &allowed, &registry));
+            }
+        })?;
+    Ok(())
+}
+
+/// The uid of the process at the other end of `conn`.
+fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given, and the descriptor is
+    // owned by `conn` for the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(cred.uid)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &Registry) {
+    let response = match peer_uid(&conn) {
+        Ok(uid) if uid == 0 || uid == me || allowed.contains(&uid) => {
+            let mut line = String::new();
+            let read = BufReader::new((&conn).take_limited()).read_line(&mut line);
+            match read
+                .map_err(anyhow::Error::from)
+                .and_then(|_| serde_json::from_str::<Request>(&line).context("malformed request"))
+            {
+                Ok(request) => dispatch(request, registry),
+                Err(e) => Response::Error {
+                    message: format!("{e:#}"),
+                },
+            }
+        }
+        Ok(uid) => Response::Error {
+            message: format!(
+                "permission denied: uid {uid} may not control this daemon (see allow_uids)"
+            ),
+        },
+        Err(e) => Response::Error {
+            message: format!("cannot check the peer's credentials: {e}"),
+        },
+    };
+    if let Ok(mut text) = serde_json::to_string(&response) {
+        text.push('\n');
+        let _ = (&conn).write_all(text.as_bytes());
+    }
+}
+
+fn dispatch(request: Request, registry: &Registry) -> Response {
+    let result = match request {
+        Request::Attach {
+            image,
+            mountpoint,
+            options,
+        } => registry.attach(&image, &mountpoint, &options, false),
+        Request::Detach { mountpoint, lazy } => registry.detach(&mountpoint, lazy),
+        Request::Status => return Response::Status(registry.status()),
+    };
+    match result {
+        Ok(message) => {
+            eprintln!("squashd serve: {message}");
+            Response::Ok { message }
+        }
+        Err(e) => {
+            let message = format!("{e:#}");
+            eprintln!("squashd serve: {message}");
+            Response::Error { message }
+        }
+    }
+}
+
+/// Reading at most [`MAX_REQUEST`] bytes of a request.
+trait TakeLimited: std::io::Read + Sized {
+    fn take_limited(self) -> std::io::Take<Self> {
+        self.take(MAX_REQUEST)
+    }
+}
+
+impl<R: std::io::Read> TakeLimited for R {}

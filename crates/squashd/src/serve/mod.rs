@@ -1,0 +1,155 @@
+//! `squashd serve`: one daemon serving many images, attached and detached at run time through
+//! a control socket, all sharing one cache budget.
+
+mod client;
+mod config;
+mod control;
+mod protocol;
+mod registry;
+
+pub use client::{attach, detach, status, AttachArgs, DetachArgs, StatusArgs};
+
+use anyhow::Context;
+use config::Config;
+use registry::Registry;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use squashd_core::Caches;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `squashd serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Runs in the foreground (as a systemd Type=notify service: READY=1 once every configured image \
+answers). SIGHUP re-reads the config and attaches or detaches the difference; SIGTERM and SIGINT \
+detach everything and exit. Control it with `squashd attach`, `squashd detach` and `squashd \
+status`. See packaging/squashd.service and the config format in the README.")]
+pub struct Args {
+    /// The config file (TOML). Without one, the daemon starts with no images.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The control socket (overrides the config's `socket`).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+fn load(args: &Args) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(socket) = &args.socket {
+        config.socket = socket.clone();
+    }
+    for bad in &config.bad_entries {
+        eprintln!("squashd serve: skipping {bad}");
+    }
+    Ok(config)
+}
+
+/// Attaches every image of `entries` in parallel; returns how many failed.
+fn attach_all(registry: &Registry, entries: &[config::ImageEntry]) -> usize {
+    std::thread::scope(|s| {
+        let tasks: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                s.spawn(move || {
+                    (
+                        e,
+                        registry.attach(&e.path, &e.mountpoint, &e.option_list(), true),
+                    )
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for task in tasks {
+            match task.join() {
+                Ok((_, Ok(message))) => eprintln!("squashd serve: {message}"),
+                Ok((e, Err(err))) => {
+                    failed += 1;
+                    eprintln!(
+                        "squashd serve: cannot attach {}: {err:#}",
+                        e.mountpoint.display()
+                    );
+                }
+                Err(_) => failed += 1,
+            }
+        }
+        failed
+    })
+}
+
+/// Brings the attached set in line with a re-read config: detaches what it no longer lists
+/// (or lists differently) and attaches what is new. Images attached through the control socket
+/// are left alone: the config does not know them.
+fn reload(registry: &Registry, args: &Args) {
+    let config = match load(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("squashd serve: reload failed, keeping the current images: {e:#}");
+            return;
+        }
+    };
+    let wanted: BTreeMap<PathBuf, &config::ImageEntry> = config
+        .images
+        .iter()
+        .map(|e| {
+            (
+                e.mountpoint
+                    .canonicalize()
+                    .unwrap_or_else(|_| e.mountpoint.clone()),
+                e,
+            )
+        })
+        .collect();
+    for (mountpoint, image, options) in registry.attached_from_config() {
+        let same = wanted.get(&mountpoint).is_some_and(|e| {
+            e.path.canonicalize().is_ok_and(|p| p == image) && e.option_list() == options
+        });
+        if !same {
+            match registry.detach(&mountpoint, true) {
+                Ok(m) => eprintln!("squashd serve: {m}"),
+                Err(e) => eprintln!("squashd serve: {e:#}"),
+            }
+        }
+    }
+    let attached = registry.mountpoints();
+    let new: Vec<config::ImageEntry> = wanted
+        .iter()
+        .filter(|(m, _)| !attached.contains(m))
+        .map(|(_, e)| (*e).clone())
+        .collect();
+    attach_all(registry, &new);
+}
+
+/// Runs `squashd serve`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let config = load(&args)?;
+    let caches = Arc::new(Caches::new(&config.budgets));
+    let registry = Arc::new(Registry::new(caches));
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .context("cannot install signal handlers")?;
+    control::listen(&config.socket, config.allow_uids.clone(), registry.clone())?;
+    let failed = attach_all(&registry, &config.images);
+    let total = config.images.len() + config.bad_entries.len();
+    eprintln!(
+        "squashd serve: {} of {total} images attached; control socket {}",
+        total - failed - config.bad_entries.len(),
+        config.socket.display()
+    );
+    if let Some(socket) = std::env::var_os("NOTIFY_SOCKET") {
+        if let Err(e) = crate::mount::notify_systemd(std::path::Path::new(&socket)) {
+            eprintln!("squashd serve: cannot notify systemd: {e}");
+        }
+    }
+    for signal in signals.forever() {
+        match signal {
+            SIGHUP => reload(&registry, &args),
+            _ => break,
+        }
+    }
+    registry.detach_all();
+    let _ = std::fs::remove_file(&config.socket);
+    Ok(())
+}

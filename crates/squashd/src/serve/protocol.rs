@@ -1,0 +1,122 @@
+//! The control socket's protocol: one JSON request per connection, one JSON response back.
+//! Plain JSON over a Unix stream socket keeps the daemon scriptable (`socat`, `jq`).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Where the daemon listens unless the config says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/squashd/control.sock";
+
+/// A request from `squashd attach|detach|status`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Mount an image.
+    Attach {
+        /// The image file (absolute).
+        image: PathBuf,
+        /// Where to mount it (absolute).
+        mountpoint: PathBuf,
+        /// Mount options as `squashd mount -o` takes them.
+        options: Vec<String>,
+    },
+    /// Unmount an image.
+    Detach {
+        /// Its mount point.
+        mountpoint: PathBuf,
+        /// Detach even while busy (as `umount -l`).
+        lazy: bool,
+    },
+    /// Report every image.
+    Status,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    /// The request was carried out.
+    Ok {
+        /// What was done.
+        message: String,
+    },
+    /// The request failed.
+    Error {
+        /// Why, in one line.
+        message: String,
+    },
+    /// The status report.
+    Status(Status),
+}
+
+/// What every image costs and how it is doing.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Process id of the daemon.
+    pub pid: u32,
+    /// Resident memory of the daemon, in bytes.
+    pub rss_bytes: u64,
+    /// The shared cache budget and its use.
+    pub shared_cache: TierSet,
+    /// One entry per attached image, sorted by mount point.
+    pub images: Vec<ImageStatus>,
+}
+
+/// Budgets and use of the three cache tiers.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct TierSet {
+    /// Decompressed metadata.
+    pub metadata: Tier,
+    /// Decompressed data and fragments.
+    pub data: Tier,
+    /// Compressed blocks.
+    pub compressed: Tier,
+}
+
+/// One cache tier's figures.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Tier {
+    /// Budget in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes held (of the whole cache, shared or private).
+    pub resident_bytes: u64,
+    /// Hits (of this image, in an image's entry).
+    pub hits: u64,
+    /// Misses.
+    pub misses: u64,
+    /// Decompressions (loads).
+    pub loads: u64,
+    /// Failed loads: corrupt blocks or I/O errors.
+    pub failures: u64,
+    /// Hit ratio, 0..1.
+    pub hit_ratio: f64,
+}
+
+/// One attached image.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ImageStatus {
+    /// The image file.
+    pub image: PathBuf,
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// The options it was attached with.
+    pub options: Vec<String>,
+    /// "ok", or what is wrong (e.g. "image file truncated", "image file deleted").
+    pub health: String,
+    /// Size of the image in bytes.
+    pub size_bytes: u64,
+    /// Number of inodes.
+    pub inodes: u32,
+    /// Files and directories open through the mount now.
+    pub open_handles: u64,
+    /// Requests that failed with EIO (corrupt image, I/O error).
+    pub errors: u64,
+    /// Bytes read from the image file.
+    pub bytes_read: u64,
+    /// Whether the image has a budget of its own instead of the shared one.
+    pub private_cache: bool,
+    /// This image's use of the caches.
+    pub cache: TierSet,
+    /// Seconds since it was attached.
+    pub attached_secs: u64,
+}

@@ -1,0 +1,307 @@
+//! The images a daemon serves: attach, detach and report. The registry's lock guards only the
+//! table of mounts (the control plane); requests to a mounted image never take it, and no two
+//! images share a lock on their read paths.
+
+use super::protocol::{ImageStatus, Status, Tier, TierSet};
+use crate::mount::parse_options;
+use anyhow::{bail, Context};
+use squashd_core::{CacheStats, Caches, Image, ImageStats};
+use squashd_fuse::{MountedImage, Unmounter};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Options that give an image a cache budget of its own (a floor and a cap at once) instead of
+/// a share of the daemon's.
+const PRIVATE_BUDGET_OPTIONS: [&str; 3] = ["metadata_cache", "data_cache", "compressed_cache"];
+
+/// How long an attach waits for a fresh mount to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Attached {
+    image_path: PathBuf,
+    options: Vec<String>,
+    image: Image,
+    unmounter: Unmounter,
+    worker: JoinHandle<()>,
+    since: Instant,
+    private_cache: bool,
+    from_config: bool,
+}
+
+/// The attached images.
+pub struct Registry {
+    shared: Arc<Caches>,
+    mounts: Mutex<BTreeMap<PathBuf, Attached>>,
+}
+
+fn absolute(path: &Path, what: &str) -> anyhow::Result<PathBuf> {
+    path.canonicalize()
+        .with_context(|| format!("{}: {what} not found", path.display()))
+}
+
+impl Registry {
+    /// A registry whose images share `caches` unless given budgets of their own.
+    pub fn new(shared: Arc<Caches>) -> Self {
+        Registry {
+            shared,
+            mounts: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, Attached>> {
+        // A panic elsewhere while holding the lock leaves the table itself consistent (every
+        // change is one insert or remove), so keep serving.
+        self.mounts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mounts `image` on `mountpoint` with `options` (as `squashd mount -o`), and returns once
+    /// the mount answers. `from_config` marks images a config reload manages.
+    pub fn attach(
+        &self,
+        image: &Path,
+        mountpoint: &Path,
+        options: &[String],
+        from_config: bool,
+    ) -> anyhow::Result<String> {
+        let image_path = absolute(image, "image")?;
+        let mountpoint = absolute(mountpoint, "mount point")?;
+        if !mountpoint.is_dir() {
+            bail!("{}: mount point is not a directory", mountpoint.display());
+        }
+        if self.table().contains_key(&mountpoint) {
+            bail!(
+                "{}: an image is already attached there",
+                mountpoint.display()
+            );
+        }
+        let mut parsed = parse_options(options, &image_path)?;
+        let private_cache = options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .any(|o| PRIVATE_BUDGET_OPTIONS.contains(&o.split('=').next().unwrap_or("")));
+        if !private_cache {
+            parsed.open.caches = Some(self.shared.clone());
+        }
+        let given = |key: &str| {
+            options
+                .iter()
+                .flat_map(|o| o.split(','))
+                .any(|o| o.starts_with(key))
+        };
+        // Dozens of images share the cores: a couple of request threads each, rather than the
+        // per-core pool a lone mount gets.
+        if !given("threads=") {
+            parsed.mount.threads = 2;
+        }
+        if !given("prefetch_threads=") {
+            parsed.mount.prefetch_threads = 1;
+        }
+        let opened = Image::open(&image_path, &parsed.open)?;
+        let mounted = MountedImage::mount(opened.clone(), &mountpoint, &parsed.mount)?;
+        let unmounter = mounted.unmounter();
+        let name = format!("serve {}", mountpoint.display());
+        let where_ = mountpoint.clone();
+        let worker = std::thread::Builder::new().name(name).spawn(move || {
+            if let Err(e) = mounted.run() {
+                eprintln!("squashd serve: {}: {e}", where_.display());
+            }
+        })?;
+        if !answers(&mountpoint) {
+            let _ = unmounter.unmount(true);
+            bail!("{}: the mount does not answer", mountpoint.display());
+        }
+        let attached = Attached {
+            image_path: image_path.clone(),
+            options: options.to_vec(),
+            image: opened,
+            unmounter,
+            worker,
+            since: Instant::now(),
+            private_cache,
+            from_config,
+        };
+        let mut table = self.table();
+        if table.contains_key(&mountpoint) {
+            drop(table);
+            let _ = attached.unmounter.unmount(true);
+            bail!(
+                "{}: an image was attached there meanwhile",
+                mountpoint.display()
+            );
+        }
+        table.insert(mountpoint.clone(), attached);
+        Ok(format!(
+            "attached {} on {}",
+            image_path.display(),
+            mountpoint.display()
+        ))
+    }
+
+    /// Unmounts the image on `mountpoint`; `lazy` detaches it even while busy.
+    pub fn detach(&self, mountpoint: &Path, lazy: bool) -> anyhow::Result<String> {
+        let key = mountpoint
+            .canonicalize()
+            .unwrap_or_else(|_| mountpoint.to_path_buf());
+        let attached = self
+            .table()
+            .remove(&key)
+            .with_context(|| format!("{}: no image is attached there", mountpoint.display()))?;
+        if let Err(e) = attached.unmounter.unmount(lazy) {
+            let hint = if e.raw_os_error() == Some(libc::EBUSY) {
+                " (it is busy: close what uses it, or detach --lazy)"
+            } else {
+                ""
+            };
+            self.table().insert(key.clone(), attached);
+            bail!("{}: cannot unmount: {e}{hint}", mountpoint.display());
+        }
+        if !lazy {
+            let _ = attached.worker.join();
+        }
+        Ok(format!("detached {}", key.display()))
+    }
+
+    /// Detaches every image (lazily: the daemon is going away).
+    pub fn detach_all(&self) {
+        let all = std::mem::take(&mut *self.table());
+        for (mountpoint, attached) in all {
+            if let Err(e) = attached.unmounter.unmount(true) {
+                eprintln!(
+                    "squashd serve: {}: cannot unmount: {e}",
+                    mountpoint.display()
+                );
+            }
+        }
+    }
+
+    /// (mount point, image, options) of every image attached from the config, for a reload.
+    pub fn attached_from_config(&self) -> Vec<(PathBuf, PathBuf, Vec<String>)> {
+        self.table()
+            .iter()
+            .filter(|(_, a)| a.from_config)
+            .map(|(m, a)| (m.clone(), a.image_path.clone(), a.options.clone()))
+            .collect()
+    }
+
+    /// Mount points of every attached image.
+    pub fn mountpoints(&self) -> Vec<PathBuf> {
+        self.table().keys().cloned().collect()
+    }
+
+    /// The status report.
+    pub fn status(&self) -> Status {
+        let shared = self.shared.stats();
+        let images = self
+            .table()
+            .iter()
+            .map(|(mountpoint, a)| image_status(mountpoint, a))
+            .collect();
+        Status {
+            pid: std::process::id(),
+            rss_bytes: rss_bytes(),
+            shared_cache: tiers(&shared),
+            images,
+        }
+    }
+}
+
+fn tier(s: &CacheStats) -> Tier {
+    Tier {
+        capacity_bytes: s.capacity_bytes,
+        resident_bytes: s.resident_bytes,
+        hits: s.hits,
+        misses: s.misses,
+        loads: s.loads,
+        failures: s.load_failures,
+        hit_ratio: s.hit_ratio(),
+    }
+}
+
+fn tiers(s: &ImageStats) -> TierSet {
+    TierSet {
+        metadata: tier(&s.metadata),
+        data: tier(&s.data),
+        compressed: tier(&s.compressed),
+    }
+}
+
+fn image_status(mountpoint: &Path, a: &Attached) -> ImageStatus {
+    let stats = a.image.stats();
+    let sb = a.image.superblock();
+    let needed = a.image.offset() + sb.bytes_used;
+    let errors =
+        stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
+    let health = match std::fs::metadata(&a.image_path) {
+        Err(_) => "image file deleted (still served from the open file)".to_string(),
+        Ok(m) if m.len() < needed => {
+            format!("image file truncated to {} of {needed} bytes", m.len())
+        }
+        Ok(_) if errors > 0 => format!("{errors} failed reads"),
+        Ok(_) => "ok".to_string(),
+    };
+    ImageStatus {
+        image: a.image_path.clone(),
+        mountpoint: mountpoint.to_path_buf(),
+        options: a.options.clone(),
+        health,
+        size_bytes: sb.bytes_used,
+        inodes: sb.inode_count,
+        open_handles: 0,
+        errors,
+        bytes_read: stats.bytes_read,
+        private_cache: a.private_cache,
+        cache: tiers(&stats),
+        attached_secs: a.since.elapsed().as_secs(),
+    }
+}
+
+/// Whether `mountpoint` answers a stat through the new mount within the timeout. The stat runs
+/// on its own thread so a mount that never answers cannot hang the caller.
+fn answers(mountpoint: &Path) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = mountpoint.to_path_buf();
+    let _ = std::thread::Builder::new()
+        .name("attach-probe".into())
+        .spawn(move || {
+            let deadline = Instant::now() + ANSWER_TIMEOUT;
+            while Instant::now() < deadline {
+                if is_fuse_mount(&path) && std::fs::read_dir(&path).is_ok() {
+                    let _ = tx.send(());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+    rx.recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
+        .is_ok()
+}
+
+/// Whether /proc/self/mountinfo shows a squashd mount at `path`.
+fn is_fuse_mount(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 4 && f[4] == want && l.contains("fuse.squashd")
+    })
+}
+
+/// The daemon's resident set size, from /proc/self/statm.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}

@@ -204,7 +204,20 @@ impl MountedImage {
                 .name("idle-timer".into())
                 .spawn(move || idle_timer(activity, timeout, unmounter, done))?;
         }
-        let result = self.session.run();
+        // fuser unmounts the mount point when its session ends, after checking that the mount
+        // is still there; fuser 0.18's check is inverted (it reads the POLLERR of a dead
+        // connection as "mounted"), so a session ending after `umount` would unmount whatever
+        // was mounted on the same path since (the next mount of a mount/umount loop). The
+        // spawned session holds the mount in its handle, which is never dropped: our own
+        // unmount paths (umount(8), signals, the idle timer) do the unmounting. This leaks the
+        // handle's /dev/fuse descriptor, closed when the process exits.
+        let background = std::mem::ManuallyDrop::new(self.session.spawn()?);
+        // SAFETY: moves the join handle out of a value that is never dropped nor used again,
+        // so the handle has exactly one owner.
+        let thread = unsafe { std::ptr::read(&background.guard) };
+        let result = thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
         done.store(true, Ordering::Relaxed);
         result
     }

@@ -1,0 +1,474 @@
+//! `squashd mount`, run as the real binary on images made by the real mksquashfs, compared with
+//! the kernel's own squashfs mount of the same image (or `unsquashfs -d` where the test cannot
+//! loop-mount). Needs root and /dev/fuse; skipped with a printed reason otherwise.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use testkit::{Built, TreeOptions};
+
+const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
+
+fn can_mount() -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        testkit::skip("/dev/fuse is missing");
+        return false;
+    }
+    if !testkit::is_root() {
+        testkit::skip("mounting needs root in these tests");
+        return false;
+    }
+    testkit::have_squashfs_tools()
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let mnt = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
+    let needle = format!(" {} ", mnt.display());
+    fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(&needle))
+}
+
+/// `squashd mount IMAGE MNT -o OPTS` in the background; returns its output.
+fn squashd_mount(image: &Path, mnt: &Path, opts: &str) -> Output {
+    let mut cmd = Command::new(SQUASHD);
+    cmd.arg("mount").arg(image).arg(mnt);
+    if !opts.is_empty() {
+        cmd.arg("-o").arg(opts);
+    }
+    cmd.stdin(Stdio::null()).output().unwrap()
+}
+
+fn mount(image: &Path, mnt: &Path, opts: &str) {
+    fs::create_dir_all(mnt).unwrap();
+    let out = squashd_mount(image, mnt, opts);
+    assert!(
+        out.status.success(),
+        "squashd mount failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(is_mounted(mnt), "{} is not in /proc/mounts", mnt.display());
+}
+
+fn umount(mnt: &Path) {
+    let status = Command::new("umount").arg(mnt).status().unwrap();
+    assert!(status.success(), "umount {}", mnt.display());
+}
+
+/// Pids of squashd processes whose command line names `mnt`.
+fn daemons_of(mnt: &Path) -> Vec<u32> {
+    let needle = mnt.as_os_str().as_bytes();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let is_squashd = cmdline
+            .split(|&b| b == 0)
+            .next()
+            .is_some_and(|a| a.ends_with(b"squashd"));
+        if is_squashd && cmdline.split(|&b| b == 0).any(|a| a == needle) {
+            // A zombie has no memory map: it is gone but for its exit status.
+            let state = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            if !state.contains(") Z ") {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+fn wait_for_no_daemon(mnt: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemons_of(mnt).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "squashd for {} did not exit",
+            mnt.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn statvfs(path: &Path) -> libc::statvfs {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st
+}
+
+/// The reference view of `image`: the kernel's squashfs mount, or an unsquashfs extraction.
+/// Returns the root to walk and, for the kernel mount, where to unmount it.
+fn reference(built: &Built, image: &Path, name: &str) -> (PathBuf, Option<PathBuf>) {
+    let kmnt = built.scratch(&format!("kernel-{name}"));
+    fs::create_dir_all(&kmnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "squashfs", "-o", "loop,ro"])
+        .arg(image)
+        .arg(&kmnt)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        (kmnt.clone(), Some(kmnt))
+    } else {
+        eprintln!("note: no kernel squashfs mount here; comparing with unsquashfs -d");
+        (built.extract(image), None)
+    }
+}
+
+#[test]
+fn mounted_tree_matches_the_kernels_squashfs() {
+    if !can_mount() {
+        return;
+    }
+    let built = Built::new(&TreeOptions::default());
+    for (name, extra) in [
+        ("zstd", &["-comp", "zstd"][..]),
+        ("gzip4k", &["-comp", "gzip", "-b", "4096"][..]),
+    ] {
+        let image = built.image(name, extra);
+        let (reference_root, kernel) = reference(&built, &image, name);
+        let mnt = built.scratch(&format!("mnt-{name}"));
+        mount(&image, &mnt, "");
+        let expected = testkit::walk_disk(&reference_root);
+        let actual = testkit::walk_disk(&mnt);
+        testkit::assert_records_eq(&expected, &actual, &format!("squashd mount of {name}"));
+
+        // statfs as the kernel's squashfs reports it.
+        let ours = statvfs(&mnt);
+        if kernel.is_some() {
+            let theirs = statvfs(&reference_root);
+            assert_eq!(ours.f_blocks, theirs.f_blocks, "{name}: f_blocks");
+            assert_eq!(ours.f_bsize, theirs.f_bsize, "{name}: f_bsize");
+            assert_eq!(ours.f_files, theirs.f_files, "{name}: f_files");
+            assert_eq!(ours.f_namemax, theirs.f_namemax, "{name}: f_namemax");
+            // Inode numbers are the kernel's, but for the root and inode 1 (swapped: FUSE's
+            // root is node 1).
+            let root_ino = fs::metadata(&reference_root).unwrap().ino();
+            assert_eq!(fs::metadata(&mnt).unwrap().ino(), 1);
+            for r in expected.iter().filter(|r| !r.path.is_empty()).take(500) {
+                let rel = std::ffi::OsStr::from_bytes(&r.path);
+                let k = fs::symlink_metadata(reference_root.join(rel))
+                    .unwrap()
+                    .ino();
+                let o = fs::symlink_metadata(mnt.join(rel)).unwrap().ino();
+                let want = if k == 1 { root_ino } else { k };
+                assert_eq!(o, want, "{name}: st_ino of {}", r.path.escape_ascii());
+            }
+        }
+        assert_eq!(ours.f_namemax, 256);
+        assert_eq!(ours.f_bfree, 0);
+        umount(&mnt);
+        if let Some(k) = kernel {
+            umount(&k);
+        }
+    }
+}
+
+#[test]
+fn options_subdir_offset_and_owner() {
+    if !can_mount() {
+        return;
+    }
+    let built = Built::new(&TreeOptions {
+        many_entries: 10,
+        ..TreeOptions::default()
+    });
+    let image = built.image("plain", &["-comp", "zstd"]);
+    // The image 8 KiB into a file, as in an AppImage.
+    let embedded = built.scratch("embedded.bin");
+    let mut bytes = vec![0x7fu8; 8192];
+    bytes.extend(fs::read(&image).unwrap());
+    fs::write(&embedded, bytes).unwrap();
+    let extracted = built.extract(&image);
+    let subdir = fs::read_dir(&extracted)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_type().unwrap().is_dir() && fs::read_dir(e.path()).unwrap().count() > 1)
+        .expect("a non-empty directory")
+        .file_name();
+    let mnt = built.scratch("mnt");
+    mount(
+        &embedded,
+        &mnt,
+        &format!(
+            "offset=8192,subdir={},uid=4321,gid=8765,ro,nofail",
+            subdir.to_string_lossy()
+        ),
+    );
+    let mut expected = testkit::walk_disk(&extracted.join(&subdir));
+    for r in &mut expected {
+        r.uid = 4321;
+        r.gid = 8765;
+    }
+    let actual = testkit::walk_disk(&mnt);
+    testkit::assert_records_eq(&expected, &actual, "subdir of an embedded image, uid/gid");
+    umount(&mnt);
+    wait_for_no_daemon(&mnt);
+
+    let out = squashd_mount(&image, &mnt, "no_such_option");
+    assert!(!out.status.success());
+    assert!(!is_mounted(&mnt));
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    }
+}
+
+fn getxattr(path: &Path, name: &str, size: usize) -> (isize, i32, Vec<u8>) {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; size];
+    let r = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+    let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    buf.truncate(r.max(0) as usize);
+    (r, if r < 0 { err } else { 0 }, buf)
+}
+
+#[test]
+fn errors_a_user_expects_and_read_only() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("f"), b"contents").unwrap();
+    xattr::set(src.join("f"), "user.big", &[7u8; 300]).unwrap();
+    let image = dir.path().join("i.sqfs");
+    testkit::mksquashfs(&src, &image, &[]);
+    let mnt = dir.path().join("mnt");
+    mount(&image, &mnt, "");
+
+    assert_eq!(errno_of(fs::metadata(mnt.join("missing"))), libc::ENOENT);
+    // A negative entry is cached, and still says ENOENT the second time.
+    assert_eq!(errno_of(fs::metadata(mnt.join("missing"))), libc::ENOENT);
+    assert_eq!(errno_of(fs::metadata(mnt.join("f/x"))), libc::ENOTDIR);
+    assert_eq!(errno_of(fs::read(mnt.join("d"))), libc::EISDIR);
+    assert_eq!(errno_of(fs::read_dir(mnt.join("f"))), libc::ENOTDIR);
+    assert_eq!(errno_of(fs::write(mnt.join("new"), b"x")), libc::EROFS);
+    assert_eq!(
+        errno_of(fs::OpenOptions::new().append(true).open(mnt.join("f"))),
+        libc::EROFS
+    );
+    assert_eq!(errno_of(fs::create_dir(mnt.join("nd"))), libc::EROFS);
+    assert_eq!(errno_of(fs::remove_file(mnt.join("f"))), libc::EROFS);
+    assert_eq!(
+        errno_of(fs::rename(mnt.join("f"), mnt.join("g"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(xattr::set(mnt.join("f"), "user.n", b"v")),
+        libc::EROFS
+    );
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"contents");
+
+    // getxattr's size protocol: 0 asks the length; too small is ERANGE; missing is ENODATA.
+    let f = mnt.join("f");
+    assert_eq!(getxattr(&f, "user.big", 0).0, 300);
+    assert_eq!(getxattr(&f, "user.big", 10).1, libc::ERANGE);
+    let (n, _, value) = getxattr(&f, "user.big", 4096);
+    assert_eq!((n, value), (300, vec![7u8; 300]));
+    assert_eq!(getxattr(&f, "user.none", 100).1, libc::ENODATA);
+    let names: Vec<_> = xattr::list(&f).unwrap().collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("user.big")]);
+    umount(&mnt);
+}
+
+#[test]
+fn truncated_image_gives_eio_and_the_daemon_stays() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut rng = 12345u64;
+    let data: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) as u8
+        })
+        .collect();
+    fs::write(src.join("big"), &data).unwrap();
+    fs::write(src.join("small"), b"small").unwrap();
+    let image = dir.path().join("i.sqfs");
+    // Data first, metadata at the end: cut the data off and keep the tables.
+    testkit::mksquashfs(&src, &image, &["-comp", "gzip"]);
+    let mnt = dir.path().join("mnt");
+    mount(&image, &mnt, "");
+    let md = fs::metadata(mnt.join("big")).unwrap();
+    assert_eq!(md.len(), data.len() as u64);
+    // Cut the image to its first megabyte: most of big's blocks are gone.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let mut f = fs::File::open(mnt.join("big")).unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(errno_of(f.read_to_end(&mut buf)), libc::EIO);
+    // The daemon is still there and answers.
+    assert!(is_mounted(&mnt));
+    assert!(fs::metadata(&mnt).is_ok());
+    assert_eq!(daemons_of(&mnt).len(), 1);
+    drop(f);
+    umount(&mnt);
+    wait_for_no_daemon(&mnt);
+}
+
+#[test]
+fn bad_image_fails_before_detaching() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.sqfs");
+    fs::write(&bad, vec![0x42u8; 8192]).unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = squashd_mount(&bad, &mnt, "");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.contains("bad.sqfs"), "stderr: {stderr}");
+    assert!(!is_mounted(&mnt));
+    assert!(daemons_of(&mnt).is_empty());
+}
+
+#[test]
+fn ready_fd_notify_socket_and_sigterm() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let image = dir.path().join("i.sqfs");
+    testkit::mksquashfs(&src, &image, &[]);
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+
+    // Foreground with --ready-fd: a byte arrives once the mount answers.
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: pipe2 just made these two descriptors, owned by nothing else.
+    let (mut reader, writer) = unsafe {
+        use std::os::fd::FromRawFd;
+        (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1]))
+    };
+    let fd = fds[1];
+    let mut child = Command::new(SQUASHD);
+    child.arg("mount").arg(&image).arg(&mnt).arg("-f");
+    child.arg("--ready-fd").arg(fd.to_string());
+    // SAFETY: clears close-on-exec of the pipe's write end in the child only.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        child.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let mut child = child.stdin(Stdio::null()).spawn().unwrap();
+    drop(writer);
+    let mut byte = [0u8; 1];
+    assert_eq!(reader.read(&mut byte).unwrap(), 1);
+    assert!(is_mounted(&mnt));
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"x");
+    // SIGTERM unmounts and ends the daemon with success.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(&mnt));
+
+    // Background with NOTIFY_SOCKET: READY=1 arrives as a datagram.
+    let sock_path = dir.path().join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let out = Command::new(SQUASHD)
+        .arg("mount")
+        .arg(&image)
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut msg = [0u8; 64];
+    let n = sock.recv(&mut msg).unwrap();
+    assert_eq!(&msg[..n], b"READY=1");
+    let pids = daemons_of(&mnt);
+    assert_eq!(pids.len(), 1);
+    unsafe { libc::kill(pids[0] as i32, libc::SIGINT) };
+    wait_for_no_daemon(&mnt);
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn idle_timeout_unmounts() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let image = dir.path().join("i.sqfs");
+    testkit::mksquashfs(&src, &image, &[]);
+    let mnt = dir.path().join("mnt");
+    mount(&image, &mnt, "timeout=0.5");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_mounted(&mnt) {
+        assert!(
+            Instant::now() < deadline,
+            "still mounted after the idle timeout"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_for_no_daemon(&mnt);
+}
+
+fn open_fds() -> usize {
+    fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn a_hundred_mount_cycles_leave_nothing_behind() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"cycle").unwrap();
+    let image = dir.path().join("i.sqfs");
+    testkit::mksquashfs(&src, &image, &[]);
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let fds_before = open_fds();
+    for i in 0..100 {
+        mount(&image, &mnt, "");
+        assert_eq!(fs::read(mnt.join("f")).unwrap(), b"cycle", "cycle {i}");
+        umount(&mnt);
+        assert!(!is_mounted(&mnt), "cycle {i}");
+    }
+    wait_for_no_daemon(&mnt);
+    assert_eq!(open_fds(), fds_before);
+    let _ = std::io::stderr().flush();
+}

@@ -9,12 +9,40 @@ use crate::format::inode::FileBody;
 use crate::format::DataBlockSize;
 use std::sync::Arc;
 
-/// The positions of a file's data blocks.
+/// The positions of a file's data blocks. Only blocks with bytes on disk are kept: a hostile
+/// inode can claim 2^48 holes (one tiny compressed metadata block expands to 2048 zero size
+/// words), and a map with an entry per hole would cost gigabytes. Each stored block has at least
+/// one byte in the image, so the map is bounded by the image's size, whatever the file claims.
 struct BlockMap {
-    /// Image position of each block.
-    starts: Vec<u64>,
-    /// Size word of each block.
-    sizes: Vec<DataBlockSize>,
+    /// Blocks with stored bytes, in file order.
+    stored: Vec<StoredBlock>,
+    /// Number of blocks in the block list, holes included.
+    count: u64,
+}
+
+/// A block of a file that has bytes in the image.
+struct StoredBlock {
+    /// Its index in the file.
+    index: u64,
+    /// Its image position.
+    start: u64,
+    /// Its size word.
+    size: DataBlockSize,
+}
+
+impl BlockMap {
+    /// Block `index` of the list: `None` past the list, `Some(None)` for a hole.
+    fn get(&self, index: u64) -> Option<Option<&StoredBlock>> {
+        if index >= self.count {
+            return None;
+        }
+        // Files without holes: block i is entry i.
+        if let Some(b) = self.stored.get(index as usize).filter(|b| b.index == index) {
+            return Some(Some(b));
+        }
+        let found = self.stored.binary_search_by_key(&index, |b| b.index);
+        Some(found.ok().map(|i| &self.stored[i]))
+    }
 }
 
 /// A regular file opened for reading. Cheap to clone; safe to read from many threads.
@@ -59,35 +87,43 @@ impl FileReader {
         let sb = &inner.superblock;
         let count = body.block_count(sb.block_size);
         let mut cur = MetadataCursor::new(inner, sb.inode_table_start, at)?;
-        // Grows as sizes are read, so a hostile block count is bounded by the bytes really in
-        // the inode table, and each block must lie in the image.
-        let mut starts = Vec::with_capacity(count.min(1 << 16) as usize);
-        let mut sizes = Vec::with_capacity(count.min(1 << 16) as usize);
+        // Grows as sizes are read: stored blocks are bounded by the image's bytes (each holds
+        // at least one, and they must all lie in the image), holes take no room, and the loop
+        // ends when the inode table's stream does, whatever `count` claims.
+        let mut stored = Vec::with_capacity(count.min(1 << 12) as usize);
         let mut pos = body.blocks_start;
-        for _ in 0..count {
+        for index in 0..count {
             let size = DataBlockSize::parse(cur.u32()?);
+            if size.is_sparse() {
+                continue;
+            }
             if size.stored_size > sb.block_size + 4096 {
                 return Err(inner.corrupt(
                     cur.block_pos(),
                     format!("file block of {} bytes on disk", size.stored_size),
                 ));
             }
-            let end = pos + size.stored_size as u64;
-            if end > sb.bytes_used {
-                return Err(inner.corrupt(
-                    cur.block_pos(),
-                    format!(
-                        "inode {}: data block at {pos} runs past the image end",
-                        inode.number
-                    ),
-                ));
-            }
-            starts.push(pos);
-            sizes.push(size);
+            let end = pos
+                .checked_add(size.stored_size as u64)
+                .filter(|&end| end <= sb.bytes_used)
+                .ok_or_else(|| {
+                    inner.corrupt(
+                        cur.block_pos(),
+                        format!(
+                            "inode {}: data block at {pos} runs past the image end",
+                            inode.number
+                        ),
+                    )
+                })?;
+            stored.push(StoredBlock {
+                index,
+                start: pos,
+                size,
+            });
             pos = end;
         }
         Ok(FileReader {
-            blocks: Arc::new(BlockMap { starts, sizes }),
+            blocks: Arc::new(BlockMap { stored, count }),
             image,
             body,
             number: inode.number,
@@ -114,7 +150,7 @@ impl FileReader {
     pub fn chunk(&self, index: u64) -> Result<Chunk> {
         let inner = &self.image.inner;
         let bs = self.block_size() as u64;
-        let start = index * bs;
+        let start = index.saturating_mul(bs);
         if start >= self.body.file_size {
             return Err(Error::InvalidInput {
                 image: inner.name.clone(),
@@ -125,11 +161,13 @@ impl FileReader {
             });
         }
         let len = (self.body.file_size - start).min(bs) as usize;
-        if let Some(&size) = self.blocks.sizes.get(index as usize) {
-            if size.is_sparse() {
+        if let Some(block) = self.blocks.get(index) {
+            let Some(&StoredBlock {
+                start: pos, size, ..
+            }) = block
+            else {
                 return Ok(Chunk::Zeros(len));
-            }
-            let pos = self.blocks.starts[index as usize];
+            };
             let data = inner.data_block(pos, size, bs as usize)?;
             if data.len() != len {
                 return Err(inner.corrupt(
@@ -155,7 +193,7 @@ impl FileReader {
             ));
         }
         let frag = inner.fragment(self.body.fragment_index)?;
-        if frag.size.stored_size as u64 + frag.start > inner.superblock.bytes_used {
+        if frag.start.saturating_add(frag.size.stored_size as u64) > inner.superblock.bytes_used {
             return Err(inner.corrupt(frag.start, "fragment block runs past the image end"));
         }
         let data = inner.data_block(frag.start, frag.size, bs as usize)?;

@@ -20,6 +20,16 @@ pub struct Xattr {
 /// Longest name (without prefix) accepted: the kernel's XATTR_NAME_MAX.
 const MAX_NAME: u16 = 255;
 
+/// Most bytes of names one inode may have, counted as listxattr(2) returns them (prefix, name
+/// and a NUL each): the kernel's XATTR_LIST_MAX. No Linux file system can list more, so no image
+/// made from one holds more; it also bounds how many pairs a hostile count makes us read.
+const MAX_NAMES_BYTES: usize = 65_536;
+
+/// Most bytes of values one inode may have in all. Values stored out of line may all point at
+/// one 64 KiB value, so without a cap a few KiB of keys would make gigabytes of values. Far above
+/// what file systems hold (ext4 keeps an inode's xattrs in one block unless it has ea_inode).
+const MAX_VALUES_BYTES: usize = 16 << 20;
+
 pub(crate) fn read_xattrs(image: &ImageInner, inode: &Inode) -> Result<Vec<Xattr>> {
     let Some(index) = inode.xattr_index else {
         return Ok(Vec::new());
@@ -36,6 +46,16 @@ pub(crate) fn read_xattrs(image: &ImageInner, inode: &Inode) -> Result<Vec<Xattr
     let (entry, kv_start) = image.xattr_id(index)?;
     let mut cur = MetadataCursor::new(image, kv_start, entry.kv)?;
     let mut out = Vec::with_capacity(entry.count.min(64) as usize);
+    let (mut names_bytes, mut values_bytes) = (0usize, 0usize);
+    let too_much = |cur: &MetadataCursor, what: &str, limit: usize| {
+        image.corrupt(
+            cur.block_pos(),
+            format!(
+                "inode {}: xattr {what} exceed {limit} bytes ({} pairs claimed)",
+                inode.number, entry.count
+            ),
+        )
+    };
     for _ in 0..entry.count {
         let mut fixed = [0u8; KEY_FIXED_SIZE];
         cur.read_exact(&mut fixed)?;
@@ -45,6 +65,10 @@ pub(crate) fn read_xattrs(image: &ImageInner, inode: &Inode) -> Result<Vec<Xattr
                 cur.block_pos(),
                 format!("xattr name of {} bytes", key.name_size),
             ));
+        }
+        names_bytes += key.prefix.len() + key.name_size as usize + 1;
+        if names_bytes > MAX_NAMES_BYTES {
+            return Err(too_much(&cur, "names", MAX_NAMES_BYTES));
         }
         let mut name = key.prefix.as_bytes().to_vec();
         name.extend(cur.read_vec(key.name_size as usize)?);
@@ -69,8 +93,16 @@ pub(crate) fn read_xattrs(image: &ImageInner, inode: &Inode) -> Result<Vec<Xattr
             at.read_exact(&mut size)?;
             let size =
                 parse_value_size(&size).map_err(|e| image.format_error(at.block_pos(), e))?;
+            values_bytes += size as usize;
+            if values_bytes > MAX_VALUES_BYTES {
+                return Err(too_much(&cur, "values", MAX_VALUES_BYTES));
+            }
             at.read_vec(size as usize)?
         } else {
+            values_bytes += size as usize;
+            if values_bytes > MAX_VALUES_BYTES {
+                return Err(too_much(&cur, "values", MAX_VALUES_BYTES));
+            }
             cur.read_vec(size as usize)?
         };
         out.push(Xattr { name, value });

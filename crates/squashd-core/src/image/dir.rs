@@ -140,8 +140,9 @@ pub(crate) fn lookup(image: &ImageInner, dir: &Inode, name: &[u8]) -> Result<Opt
             skipped = entry.listing_offset;
             start = MetadataRef {
                 block: entry.block as u64,
-                offset: ((listing.offset as u32 + entry.listing_offset)
-                    % METADATA_BLOCK_SIZE as u32) as u16,
+                // In u64: both terms come from the image and their sum can pass u32::MAX.
+                offset: ((listing.offset as u64 + entry.listing_offset as u64)
+                    % METADATA_BLOCK_SIZE as u64) as u16,
             };
         }
     }

@@ -210,7 +210,11 @@ impl MountedImage {
         // was mounted on the same path since (the next mount of a mount/umount loop). The
         // spawned session holds the mount in its handle, which is never dropped: our own
         // unmount paths (umount(8), signals, the idle timer) do the unmounting. This leaks the
-        // handle's /dev/fuse descriptor, closed when the process exits.
+        // handle's /dev/fuse descriptor, which is closed below once the session is over.
+        let device = {
+            use std::os::fd::{AsFd, AsRawFd};
+            self.session.as_fd().as_raw_fd()
+        };
         let background = std::mem::ManuallyDrop::new(self.session.spawn()?);
         // SAFETY: moves the join handle out of a value that is never dropped nor used again,
         // so the handle has exactly one owner.
@@ -218,6 +222,16 @@ impl MountedImage {
         let result = thread
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        if result.is_ok() {
+            // A daemon attaching and detaching images would otherwise leak one descriptor per
+            // mount.
+            // SAFETY: the session ended without error, so fuser joined every request
+            // thread and dropped the session's own channel: the only owners of `device` left are
+            // the never-dropped, never-used handle above (its notifier sender and its mount
+            // record). Nothing can use or close the descriptor after this close. (On an error,
+            // a panicked request thread may have left others running: keep the leak.)
+            unsafe { libc::close(device) };
+        }
         done.store(true, Ordering::Relaxed);
         result
     }

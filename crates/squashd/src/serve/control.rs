@@ -1,6 +1,6 @@
-//! The control socket: a Unix stream socket, mode 0600 (root-only by default), where each
-//! connection carries one JSON request and gets one JSON response. The peer's credentials are
-//! checked on every connection.
+//! The control socket: a Unix stream socket, mode 0600 (root-only by default; 0666 when the
+//! config's `allow_uids` names other users), where each connection carries one JSON request and
+//! gets one JSON response. The peer's credentials are checked on every connection.
 
 use super::protocol::{Request, Response};
 use super::registry::Registry;
@@ -27,8 +27,12 @@ pub fn listen(path: &Path, allow_uids: Vec<u32>, registry: Arc<Registry>) -> any
     let _ = std::fs::remove_file(path);
     let listener =
         UnixListener::bind(path).with_context(|| format!("{}: cannot listen", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("{}: cannot restrict to its owner", path.display()))?;
+    // Root-only unless the config names other users: they must be able to connect for the
+    // peer check to let them in, so the socket is then open to all (0666) and the check on
+    // every connection (SO_PEERCRED against allow_uids) is what refuses the others.
+    let mode = if allow_uids.is_empty() { 0o600 } else { 0o666 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("{}: cannot set its mode to {mode:o}", path.display()))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     std::thread::Builder::new()

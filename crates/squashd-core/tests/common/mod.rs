@@ -67,6 +67,20 @@ pub fn walk_image(image: &Image, check_lookups: bool) -> Walked {
             image.name()
         );
     }
+    // A non-directory's link count is the number of names it has.
+    let mut names: HashMap<u32, u32> = HashMap::new();
+    for inode in w.inodes.iter().filter(|i| !i.is_dir()) {
+        *names.entry(inode.number).or_default() += 1;
+    }
+    for inode in w.inodes.iter().filter(|i| !i.is_dir()) {
+        assert_eq!(
+            inode.nlink,
+            names[&inode.number],
+            "link count of inode {} in {}",
+            inode.number,
+            image.name()
+        );
+    }
     let keys: Vec<u64> = w.inodes.iter().map(|i| i.number as u64).collect();
     testkit::set_link_leaders(&mut w.records, &keys);
     w

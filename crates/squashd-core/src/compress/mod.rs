@@ -90,9 +90,11 @@ pub fn decompress(
     }
 }
 
-/// Memory limit for one xz/lzma decoder: enough for any dictionary mksquashfs writes (its
-/// largest block size, 1 MiB, bounds the useful dictionary), refusing absurd ones.
-const XZ_MEMLIMIT: u64 = 64 << 20;
+/// Memory limit for one xz/lzma decoder. liblzma allocates the dictionary a stream's header
+/// asks for, so a few hostile bytes could cost tens of MiB per block. mksquashfs never writes a
+/// dictionary larger than the block size (at most 1 MiB), and the kernel refuses larger ones:
+/// 1 MiB plus the decoder's own state fits in 2 MiB.
+const XZ_MEMLIMIT: u64 = 2 << 20;
 
 static GZIP: ContextPool<libdeflater::Decompressor> = ContextPool::new();
 static ZSTD: ContextPool<zstd::bulk::Decompressor<'static>> = ContextPool::new();

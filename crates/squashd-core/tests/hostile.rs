@@ -688,3 +688,38 @@ fn data_blocks_larger_than_the_block_size_fail_in_every_codec() {
     }
 }
 
+/// An xz or lzma-alone stream of `data` whose header asks for a `dict`-byte dictionary.
+fn lzma_stream(xz: bool, dict: u32, data: &[u8]) -> Vec<u8> {
+    use liblzma::stream::{Action, Check, Filters, LzmaOptions, Stream};
+    let mut opts = LzmaOptions::new_preset(1).unwrap();
+    opts.dict_size(dict);
+    let mut stream = if xz {
+        let mut filters = Filters::new();
+        filters.lzma2(&opts);
+        Stream::new_stream_encoder(&filters, Check::None).unwrap()
+    } else {
+        Stream::new_lzma_encoder(&opts).unwrap()
+    };
+    let mut out = Vec::with_capacity(data.len() + 1024);
+    stream.process_vec(data, &mut out, Action::Finish).unwrap();
+    out
+}
+
+#[test]
+fn xz_and_lzma_dictionaries_are_bounded_by_the_block_size() {
+    use squashd_core::compress::decompress;
+    use squashd_core::Compressor;
+    for (xz, comp) in [(true, Compressor::Xz), (false, Compressor::Lzma)] {
+        // A few bytes that ask the decoder for a 48 MiB dictionary: refused, not allocated.
+        let hostile = lzma_stream(xz, 48 << 20, b"tiny");
+        assert!(hostile.len() < 100);
+        let err = decompress(comp, &hostile, &mut [0u8; 8192]).unwrap_err();
+        assert!(err.to_string().contains("corrupt"), "{comp:?}: {err}");
+        // The largest dictionary mksquashfs writes (the 1 MiB block size) still decodes.
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 / 13) as u8).collect();
+        let stream = lzma_stream(xz, 1 << 20, &data);
+        let mut out = vec![0u8; 1 << 20];
+        assert_eq!(decompress(comp, &stream, &mut out).unwrap(), data.len());
+        assert!(out == data, "{comp:?}: 1 MiB round trip");
+    }
+}

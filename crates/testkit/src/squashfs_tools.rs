@@ -96,6 +96,7 @@ impl Built {
     /// (tmpfs keeps xattr values over 4 KiB, which ext4 refuses), else in the system temp dir.
     pub fn new(opts: &TreeOptions) -> Built {
         let shm = Path::new("/dev/shm");
+        remove_stale(shm);
         let dir = tempfile::Builder::new()
             .prefix("squashd-test-")
             .tempdir_in(shm)
@@ -139,5 +140,23 @@ impl Built {
     /// A path in the temporary directory for a test's own files (not created).
     pub fn scratch(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+}
+
+/// Removes fixture directories that a killed test run left behind (a drop never ran): on tmpfs
+/// they hold memory until reboot. Only ones untouched for hours, so no live run loses its own.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let hours = std::time::Duration::from_secs(3 * 3600);
+    for e in entries.flatten() {
+        let stale = e.file_name().to_string_lossy().starts_with("squashd-test-")
+            && e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hours));
+        if stale {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }

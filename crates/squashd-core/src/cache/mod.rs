@@ -12,8 +12,8 @@ mod stats;
 use stats::Stripe;
 pub use stats::{CacheCounters, CacheStats};
 
-use quick_cache::sync::{Cache, GuardResult};
-use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
+use quick_cache::sync::{Cache, DefaultLifecycle, GuardResult};
+use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,24 +55,15 @@ impl<V: CacheValue> Weighter<BlockKey, V> for ByteWeighter {
     }
 }
 
-#[derive(Clone)]
-struct CountEvictions(Arc<CacheCounters>);
-
-impl<V> Lifecycle<BlockKey, V> for CountEvictions {
-    type RequestState = ();
-
-    fn on_evict(&self, _state: &mut (), _key: BlockKey, _val: V) {
-        self.0.mine().evictions.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-type Inner<V> = Cache<BlockKey, V, ByteWeighter, DefaultHashBuilder, CountEvictions>;
+type Inner<V> = Cache<BlockKey, V, ByteWeighter, DefaultHashBuilder, DefaultLifecycle<BlockKey, V>>;
 
 /// A concurrent cache of blocks bounded in bytes. A budget of zero disables caching: every
 /// access loads (and is counted as a miss).
 pub struct BlockCache<V: CacheValue> {
     cache: Option<Inner<V>>,
-    counters: Arc<CacheCounters>,
+    counters: CacheCounters,
+    /// Values dropped by `clear`, so they are not mistaken for evictions.
+    cleared: AtomicU64,
     capacity: u64,
 }
 
@@ -83,7 +74,7 @@ impl<V: CacheValue> BlockCache<V> {
     /// one shard, so the shard count is chosen to leave each shard room for several of the
     /// largest values.
     pub fn new(capacity: u64, max_value: u64) -> Self {
-        let counters = Arc::new(CacheCounters::default());
+        let counters = CacheCounters::default();
         let cache = (capacity > 0).then(|| {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let by_room = (capacity / (max_value.max(1) * 4)).max(1) as usize;
@@ -100,12 +91,13 @@ impl<V: CacheValue> BlockCache<V> {
                 options,
                 ByteWeighter,
                 DefaultHashBuilder::default(),
-                CountEvictions(counters.clone()),
+                DefaultLifecycle::default(),
             )
         });
         BlockCache {
             cache,
             counters,
+            cleared: AtomicU64::new(0),
             capacity,
         }
     }
@@ -174,19 +166,118 @@ impl<V: CacheValue> BlockCache<V> {
     }
 
     /// A snapshot of the counters and the bytes held.
+    ///
+    /// Evictions are derived rather than counted: a key is loaded at most once while it is held
+    /// (concurrent misses share one load), so every loaded value not held now, nor dropped by
+    /// [`BlockCache::clear`], was evicted or refused. quick_cache does not report every drop to
+    /// its lifecycle hooks, so counting them there undercounts.
     pub fn stats(&self) -> CacheStats {
         let (resident_bytes, entries) = self
             .cache
             .as_ref()
             .map_or((0, 0), |c| (c.weight(), c.len() as u64));
-        self.counters
-            .snapshot(self.capacity, resident_bytes, entries)
+        let mut stats = self
+            .counters
+            .snapshot(self.capacity, resident_bytes, entries);
+        let cleared = self.cleared.load(Ordering::Relaxed);
+        stats.evictions = stats.loads.saturating_sub(entries + cleared);
+        stats
     }
 
     /// Drops every cached value (counters are kept).
     pub fn clear(&self) {
         if let Some(c) = &self.cache {
+            self.cleared.fetch_add(c.len() as u64, Ordering::Relaxed);
             c.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Barrier;
+
+    fn key(pos: u64) -> BlockKey {
+        BlockKey { image: 1, pos }
+    }
+
+    fn block(len: usize) -> Arc<[u8]> {
+        vec![7u8; len].into()
+    }
+
+    #[test]
+    fn evictions_are_loads_no_longer_held() {
+        let cache = BlockCache::<Arc<[u8]>>::new(64 * 1024, 16 * 1024);
+        for pos in 0..40 {
+            cache
+                .get_or_load(key(pos), None, || Ok::<_, ()>(block(8 * 1024)))
+                .unwrap();
+        }
+        let s = cache.stats();
+        assert_eq!(s.loads, 40);
+        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
+        assert!(s.entries < 40, "{s:?}");
+        assert_eq!(s.evictions, 40 - s.entries);
+        cache.clear();
+        assert_eq!(
+            cache.stats().evictions,
+            40 - s.entries,
+            "clear is not eviction"
+        );
+    }
+
+    #[test]
+    fn a_failed_load_caches_nothing() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
+        assert!(cache
+            .get_or_load(key(1), None, || Err("bad block"))
+            .is_err());
+        let v = cache
+            .get_or_load(key(1), None, || Ok::<_, &str>(block(10)))
+            .unwrap();
+        assert_eq!(v.len(), 10);
+        let s = cache.stats();
+        assert_eq!((s.load_failures, s.loads, s.misses, s.hits), (1, 1, 2, 0));
+    }
+
+    #[test]
+    fn concurrent_misses_load_once_and_count_per_image() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
+        let mine = CacheCounters::default();
+        let runs = AtomicUsize::new(0);
+        let start = Barrier::new(16);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                s.spawn(|| {
+                    start.wait();
+                    cache
+                        .get_or_load(key(9), Some(&mine), || {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            Ok::<_, ()>(block(100))
+                        })
+                        .unwrap();
+                });
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let total = cache.stats();
+        let own = mine.snapshot(0, 0, 0);
+        assert_eq!((total.loads, total.misses, total.hits), (1, 1, 15));
+        assert_eq!((own.loads, own.misses, own.hits), (1, 1, 15));
+    }
+
+    #[test]
+    fn zero_budget_loads_every_time() {
+        let cache = BlockCache::<Arc<[u8]>>::new(0, 8192);
+        for _ in 0..3 {
+            cache
+                .get_or_load(key(1), None, || Ok::<_, ()>(block(5)))
+                .unwrap();
+        }
+        let s = cache.stats();
+        assert_eq!((s.loads, s.misses, s.hits, s.entries), (3, 3, 0, 0));
     }
 }

@@ -16,7 +16,6 @@ pub struct Stripe {
     pub(crate) loads: AtomicU64,
     pub(crate) load_failures: AtomicU64,
     pub(crate) loaded_bytes: AtomicU64,
-    pub(crate) evictions: AtomicU64,
     pub(crate) waits: AtomicU64,
     pub(crate) wait_nanos: AtomicU64,
 }
@@ -63,7 +62,7 @@ impl CacheCounters {
             loads: sum(|s| &s.loads),
             load_failures: sum(|s| &s.load_failures),
             loaded_bytes: sum(|s| &s.loaded_bytes),
-            evictions: sum(|s| &s.evictions),
+            evictions: 0,
             waits: sum(|s| &s.waits),
             wait_nanos: sum(|s| &s.wait_nanos),
         }
@@ -90,7 +89,8 @@ pub struct CacheStats {
     pub load_failures: u64,
     /// Bytes produced by successful loads.
     pub loaded_bytes: u64,
-    /// Values evicted to stay within budget, or refused as too large to cache.
+    /// Values loaded and no longer held: evicted to stay within budget, or refused. Known for a
+    /// whole cache only (an image's share of a shared cache reports the cache's figure).
     pub evictions: u64,
     /// Accesses that waited for another reader's load of the same block.
     pub waits: u64,

@@ -15,6 +15,9 @@ use std::sync::Arc;
 /// Largest request accepted: an attach with long paths and options fits in far less.
 const MAX_REQUEST: u64 = 64 * 1024;
 
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Binds the control socket at `path` (replacing a stale one) and serves it on a thread.
 pub fn listen(path: &Path, allow_uids: Vec<u32>, registry: Arc<Registry>) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
@@ -78,10 +81,14 @@ fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
 }
 
 fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &Registry) {
+    // The request is read before the peer check, refused or not: closing a Unix socket with
+    // unread data resets it, and the client would see "broken pipe" or "connection reset"
+    // instead of the refusal. A client that sends nothing cannot hold the thread for long.
+    let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let mut line = String::new();
+    let read = BufReader::new((&conn).take_limited()).read_line(&mut line);
     let response = match peer_uid(&conn) {
         Ok(uid) if uid == 0 || uid == me || allowed.contains(&uid) => {
-            let mut line = String::new();
-            let read = BufReader::new((&conn).take_limited()).read_line(&mut line);
             match read
                 .map_err(anyhow::Error::from)
                 .and_then(|_| serde_json::from_str::<Request>(&line).context("malformed request"))

@@ -1,0 +1,723 @@
+//! `squashd serve`, run as the real binary on images made by the real mksquashfs: many images in
+//! parallel, attach/detach cycles that must not leak, fault isolation, config reload, control
+//! socket permissions and a clean SIGTERM. What the mounts show is compared with the source trees
+//! the images were built from. Needs root and /dev/fuse; skipped with a printed reason otherwise.
+//!
+//! Every daemon runs under a [`Daemon`] guard: however a test ends, the daemon is killed and
+//! every mount under the test's scratch directory is lazily unmounted.
+
+use serde_json::{json, Value};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
+
+fn can_mount() -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        testkit::skip("/dev/fuse is missing");
+        return false;
+    }
+    if !testkit::is_root() {
+        testkit::skip("mounting needs root in these tests");
+        return false;
+    }
+    testkit::have_squashfs_tools()
+}
+
+/// Mount points under `scope`, from /proc/self/mountinfo.
+fn mounts_under(scope: &Path) -> Vec<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(m.replace("\\040", " ")))
+        .filter(|m| m.starts_with(scope))
+        .collect()
+}
+
+/// The mount id (first field of /proc/self/mountinfo) of the mount at `mnt`, if any.
+fn mount_id(mnt: &Path) -> Option<u64> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() > 4 && Path::new(f[4]) == mnt).then(|| f[0].parse().unwrap())
+    })
+}
+
+fn lazy_unmount_all(scope: &Path) {
+    let mut mounts = mounts_under(scope);
+    // Deepest first, so nested mounts go before their parents.
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    for m in mounts {
+        let _ = Command::new("umount").arg("-l").arg(&m).status();
+    }
+}
+
+/// A scratch directory on /dev/shm (or the temp dir), traversable by other users so the
+/// permission test's clients can reach the socket; unmounts whatever is left under it first.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("squashd-serve-")
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::Builder::new().prefix("squashd-serve-").tempdir())
+            .unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        Scratch { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        lazy_unmount_all(self.dir.path());
+    }
+}
+
+/// Deterministic bytes: a small alphabet, so mksquashfs compresses every block (garbage written
+/// over a compressed block then fails to decompress instead of reading back as data).
+fn text(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b"acgt \n"[(x % 6) as usize]
+        })
+        .collect()
+}
+
+/// A small tree, different for every `i`: a fragment-sized file, a file of several 128 KiB
+/// blocks, an empty directory and a symlink.
+fn make_tree(root: &Path, i: usize) {
+    fs::create_dir_all(root.join("d/empty")).unwrap();
+    fs::write(root.join(format!("name-{i}.txt")), text(i as u64, 100 + i)).unwrap();
+    fs::write(
+        root.join("d/data.bin"),
+        text(1000 + i as u64, 300_000 + 997 * i),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(format!("name-{i}.txt"), root.join("link")).unwrap();
+}
+
+/// Builds `n` trees and images under `scratch/src/<i>` and `scratch/img/<i>.sqfs`, with a
+/// mount point `scratch/mnt/<i>` each; two mksquashfs at a time.
+fn build_images(scratch: &Path, n: usize) -> Vec<(PathBuf, PathBuf, PathBuf)> {
+    fs::create_dir_all(scratch.join("img")).unwrap();
+    let all: Vec<_> = (0..n)
+        .map(|i| {
+            (
+                scratch.join(format!("src/{i}")),
+                scratch.join(format!("img/{i}.sqfs")),
+                scratch.join(format!("mnt/{i}")),
+            )
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for half in all.chunks(n.div_ceil(2).max(1)) {
+            s.spawn(move || {
+                for (src, img, mnt) in half {
+                    let index: usize = src.file_name().unwrap().to_str().unwrap().parse().unwrap();
+                    make_tree(src, index);
+                    fs::create_dir_all(mnt).unwrap();
+                    testkit::mksquashfs(src, img, &["-processors", "1"]);
+                }
+            });
+        }
+    });
+    all
+}
+
+fn image_entry(img: &Path, mnt: &Path, options: &str) -> String {
+    format!(
+        "[[image]]\npath = {:?}\nmountpoint = {:?}\noptions = {options:?}\n\n",
+        img.display().to_string(),
+        mnt.display().to_string()
+    )
+}
+
+/// A running `squashd serve`, killed (and its mounts lazily unmounted) when dropped.
+struct Daemon {
+    child: Child,
+    notify: UnixDatagram,
+    socket: PathBuf,
+    stderr: PathBuf,
+    scope: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `squashd serve -c scope/<name>.toml` with `config` (the socket line is added),
+    /// with NOTIFY_SOCKET pointing at a datagram socket of the test's own.
+    fn start(scope: &Path, name: &str, config: &str) -> Daemon {
+        let socket = scope.join(format!("{name}.sock"));
+        let config_path = scope.join(format!("{name}.toml"));
+        fs::write(
+            &config_path,
+            format!("socket = {:?}\n{config}", socket.display().to_string()),
+        )
+        .unwrap();
+        let notify_path = scope.join(format!("{name}.notify"));
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        let stderr = scope.join(format!("{name}.err"));
+        let child = Command::new(SQUASHD)
+            .args(["serve", "-c"])
+            .arg(&config_path)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon {
+            child,
+            notify,
+            socket,
+            stderr,
+            scope: scope.to_path_buf(),
+        }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.socket.with_extension("toml")
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for READY=1 on the notify socket; panics if the daemon exits or it takes too long.
+    fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        self.notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut buf = [0u8; 256];
+        while Instant::now() < deadline {
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                let msg = String::from_utf8_lossy(&buf[..n]);
+                if msg.lines().any(|l| l == "READY=1") {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("squashd serve exited ({status}):\n{}", self.stderr());
+            }
+        }
+        panic!("no READY=1 within {timeout:?}:\n{}", self.stderr());
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// One request over the control socket: a JSON line out, a JSON line back.
+    fn request(&self, request: Value) -> Value {
+        let mut conn = UnixStream::connect(&self.socket).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        writeln!(conn, "{request}").unwrap();
+        let mut line = String::new();
+        BufReader::new(conn).read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad answer {line:?}: {e}"))
+    }
+
+    fn attach(&self, image: &Path, mnt: &Path) -> Value {
+        self.request(json!({"op": "attach", "image": image, "mountpoint": mnt, "options": []}))
+    }
+
+    fn detach(&self, mnt: &Path) -> Value {
+        self.request(json!({"op": "detach", "mountpoint": mnt, "lazy": false}))
+    }
+
+    fn status(&self) -> Value {
+        let status = self.request(json!({"op": "status"}));
+        assert_eq!(status["result"], "status", "{status}");
+        status
+    }
+
+    /// The status entry of the image mounted on `mnt`.
+    fn image_status(&self, mnt: &Path) -> Value {
+        let status = self.status();
+        let images = status["images"].as_array().unwrap();
+        images
+            .iter()
+            .find(|i| Path::new(i["mountpoint"].as_str().unwrap()) == mnt)
+            .unwrap_or_else(|| panic!("{} not in status: {status}", mnt.display()))
+            .clone()
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child's.
+        assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);
+    }
+
+    /// SIGTERM: the daemon must exit 0 within a few seconds, remove its socket and leave no
+    /// mount behind.
+    fn terminate(mut self) {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "no exit 20 s after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "exit status {status}: {}",
+            self.stderr()
+        );
+        assert!(!self.socket.exists(), "the control socket is left behind");
+        let left = mounts_under(&self.scope);
+        assert!(left.is_empty(), "mounts left after SIGTERM: {left:?}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        lazy_unmount_all(&self.scope);
+    }
+}
+
+/// Walks `mnt` and compares it with `src`: names, types, modes, sizes, times, link targets and
+/// content hashes.
+fn assert_same_tree(src: &Path, mnt: &Path) {
+    let expected = testkit::walk_disk(src);
+    let actual = testkit::walk_disk(mnt);
+    testkit::assert_records_eq(&expected, &actual, &mnt.display().to_string());
+}
+
+/// Reads the whole of `path` on a helper thread; `Err(errno)` if it fails, panics if it does
+/// not finish within 20 s (a hang is a failure too).
+fn read_with_timeout(path: &Path) -> Result<Vec<u8>, Option<i32>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::read(&path).map_err(|e| e.raw_os_error()));
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("reading a damaged image hangs")
+}
+
+#[test]
+fn serves_69_images_attached_in_parallel() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 69);
+    let mut config = String::from("cache = \"64MiB\"\n");
+    for (_, img, mnt) in &images {
+        config += &image_entry(img, mnt, "");
+    }
+    let started = Instant::now();
+    let mut daemon = Daemon::start(scratch.path(), "many", &config);
+    daemon.wait_ready(Duration::from_secs(60));
+    eprintln!("69 images ready in {:?}", started.elapsed());
+    // READY=1 comes only once every image answers.
+    let mounted = mounts_under(&scratch.path().join("mnt"));
+    assert_eq!(mounted.len(), 69, "{mounted:?}\n{}", daemon.stderr());
+    std::thread::scope(|s| {
+        for half in images.chunks(35) {
+            s.spawn(move || {
+                for (src, _, mnt) in half {
+                    assert_same_tree(src, mnt);
+                }
+            });
+        }
+    });
+    let status = daemon.status();
+    let listed = status["images"].as_array().unwrap();
+    assert_eq!(listed.len(), 69, "{status}");
+    for (_, img, mnt) in &images {
+        let entry = listed
+            .iter()
+            .find(|i| Path::new(i["mountpoint"].as_str().unwrap()) == mnt)
+            .unwrap_or_else(|| panic!("{} missing from status", mnt.display()));
+        assert_eq!(entry["health"], "ok", "{entry}");
+        assert_eq!(entry["errors"], 0, "{entry}");
+        assert_eq!(Path::new(entry["image"].as_str().unwrap()), img.as_path());
+        assert!(
+            entry["cache"]["data"]["loads"].as_u64().unwrap() > 0,
+            "{entry}"
+        );
+    }
+    // One budget for all: every image reports the shared 48 MiB data tier (3/4 of 64 MiB).
+    assert_eq!(
+        status["shared_cache"]["data"]["capacity_bytes"],
+        48u64 << 20,
+        "{status}"
+    );
+    daemon.terminate();
+}
+
+/// Open descriptors, threads and resident bytes of `pid`.
+fn footprint(pid: i32) -> (usize, u64, u64) {
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (fds, field("Threads:"), field("VmRSS:") * 1024)
+}
+
+/// The footprint once the control socket's per-client threads have finished: the same reading
+/// twice in a row, 50 ms apart (or the last reading after 3 s).
+fn settled_footprint(pid: i32) -> (usize, u64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut last = footprint(pid);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = footprint(pid);
+        if (now.0, now.1) == (last.0, last.1) || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Detaches `mnt`, retrying for a while if it is busy: the other tests of this binary fork
+/// (mksquashfs, clients), and a child between fork and exec holds copies of this process's
+/// descriptors, among them a file just opened on `mnt`.
+fn detach_when_idle(daemon: &Daemon, mnt: &Path) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let answer = daemon.detach(mnt);
+        let busy = answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("busy"));
+        if !busy || Instant::now() > deadline {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn attach_detach_200_times_does_not_grow() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 1);
+    let (src, img, mnt) = &images[0];
+    let expected = fs::read(src.join("d/data.bin")).unwrap();
+    // Blocks of a detached image stay in the shared cache until evicted (squashd-core has no
+    // way yet to drop one image's blocks), so with the default 256 MiB budget RSS would climb by
+    // the blocks each cycle reads. A small budget bounds that, so growth here means a leak.
+    let mut daemon = Daemon::start(scratch.path(), "cycle", "cache = \"4MiB\"\n");
+    daemon.wait_ready(Duration::from_secs(30));
+    let mut baseline = None;
+    let started = Instant::now();
+    for cycle in 0..200 {
+        let answer = daemon.attach(img, mnt);
+        assert_eq!(answer["result"], "ok", "cycle {cycle}: {answer}");
+        assert!(mount_id(mnt).is_some(), "cycle {cycle}: not mounted");
+        // Read through the mount so every cycle opens, reads and closes a file.
+        let file = fs::File::open(mnt.join("d/data.bin")).unwrap();
+        let mut got = vec![0; 4096];
+        file.read_exact_at(&mut got, (cycle * 1237) as u64).unwrap();
+        let at = cycle * 1237;
+        assert_eq!(got, expected[at..at + 4096], "cycle {cycle}");
+        drop(file);
+        let answer = detach_when_idle(&daemon, mnt);
+        assert_eq!(answer["result"], "ok", "cycle {cycle}: {answer}");
+        assert_eq!(mount_id(mnt), None, "cycle {cycle}: still mounted");
+        if cycle == 19 {
+            baseline = Some(settled_footprint(daemon.pid()));
+        }
+    }
+    let (fds0, threads0, rss0) = baseline.unwrap();
+    let (fds, threads, rss) = settled_footprint(daemon.pid());
+    eprintln!(
+        "200 cycles in {:?}; after 20: {fds0} fds, {threads0} threads, {} KiB RSS; \
+         after 200: {fds} fds, {threads} threads, {} KiB RSS",
+        started.elapsed(),
+        rss0 >> 10,
+        rss >> 10
+    );
+    assert_eq!(fds, fds0, "descriptors grew");
+    assert_eq!(threads, threads0, "threads grew");
+    assert!(
+        rss <= rss0 + (8 << 20),
+        "RSS grew from {rss0} to {rss} bytes"
+    );
+    assert!(mounts_under(scratch.path()).is_empty());
+    assert_eq!(daemon.status()["images"].as_array().unwrap().len(), 0);
+    daemon.terminate();
+}
+
+/// Overwrites the data area of the image (from the end of the superblock to the inode table)
+/// with garbage, in place: the daemon keeps reading the same file.
+fn corrupt_data_blocks(img: &Path) {
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .read(true)
+        .open(img)
+        .unwrap();
+    let mut start = [0u8; 8];
+    file.read_exact_at(&mut start, 64).unwrap();
+    let inode_table = u64::from_le_bytes(start);
+    assert!(inode_table > 96 && inode_table < file.metadata().unwrap().len());
+    let garbage: Vec<u8> = (0..inode_table - 96)
+        .map(|i| (i * 7 + 0xa5) as u8)
+        .collect();
+    file.write_all_at(&garbage, 96).unwrap();
+    file.sync_all().unwrap();
+}
+
+#[test]
+fn damaged_image_fails_alone_and_bad_entries_are_named() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 4);
+    let missing_mnt = scratch.path().join("mnt/missing");
+    let typo_mnt = scratch.path().join("mnt/typo");
+    let badopt_mnt = scratch.path().join("mnt/badopt");
+    for m in [&missing_mnt, &typo_mnt, &badopt_mnt] {
+        fs::create_dir_all(m).unwrap();
+    }
+    let mut config = String::new();
+    for (_, img, mnt) in &images {
+        config += &image_entry(img, mnt, "");
+    }
+    config += &image_entry(&scratch.path().join("img/nothere.sqfs"), &missing_mnt, "");
+    config += &format!(
+        "[[image]]\npath = {:?}\nmountpiont = {:?}\n\n",
+        scratch.path().join("img/typo.sqfs").display().to_string(),
+        typo_mnt.display().to_string()
+    );
+    config += &image_entry(&images[0].1, &badopt_mnt, "bogus_option");
+    let mut daemon = Daemon::start(scratch.path(), "faults", &config);
+    daemon.wait_ready(Duration::from_secs(30));
+    let stderr = daemon.stderr();
+    for named in ["nothere.sqfs", "typo.sqfs", "mountpiont", "bogus_option"] {
+        assert!(stderr.contains(named), "{named} not reported:\n{stderr}");
+    }
+    for m in [&missing_mnt, &typo_mnt, &badopt_mnt] {
+        assert_eq!(mount_id(m), None, "{} mounted", m.display());
+    }
+    for (_, _, mnt) in &images {
+        assert!(
+            mount_id(mnt).is_some(),
+            "{} not mounted:\n{stderr}",
+            mnt.display()
+        );
+    }
+
+    // Image 2: garbage over its data blocks; image 3: truncated to its superblock.
+    let (_, corrupt_img, corrupt_mnt) = &images[2];
+    let (_, truncated_img, truncated_mnt) = &images[3];
+    corrupt_data_blocks(corrupt_img);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(truncated_img)
+        .unwrap()
+        .set_len(96)
+        .unwrap();
+    for mnt in [corrupt_mnt, truncated_mnt] {
+        for file in ["d/data.bin", "link"] {
+            let got = read_with_timeout(&mnt.join(file));
+            assert_eq!(
+                got.as_ref().map(|v| v.len()),
+                Err(&Some(libc::EIO)),
+                "{}/{file}",
+                mnt.display()
+            );
+        }
+    }
+    let corrupt = daemon.image_status(corrupt_mnt);
+    assert!(
+        corrupt["errors"].as_u64().unwrap() > 0 && corrupt["health"] != "ok",
+        "{corrupt}"
+    );
+    let truncated = daemon.image_status(truncated_mnt);
+    assert!(
+        truncated["health"].as_str().unwrap().contains("truncated"),
+        "{truncated}"
+    );
+    // The others are untouched, and the daemon still serves them.
+    for (src, _, mnt) in &images[..2] {
+        assert_same_tree(src, mnt);
+        let entry = daemon.image_status(mnt);
+        assert_eq!(entry["health"], "ok", "{entry}");
+        assert_eq!(entry["errors"], 0, "{entry}");
+    }
+    assert!(daemon.is_running());
+    daemon.terminate();
+}
+
+#[test]
+fn sighup_reload_attaches_and_detaches_the_difference() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 4);
+    let [a, b, c, d] = [&images[0], &images[1], &images[2], &images[3]];
+    let config = image_entry(&a.1, &a.2, "") + &image_entry(&b.1, &b.2, "");
+    let mut daemon = Daemon::start(scratch.path(), "reload", &config);
+    daemon.wait_ready(Duration::from_secs(30));
+    let b_id = mount_id(&b.2).expect("B mounted");
+    let b_data = fs::read(b.0.join("d/data.bin")).unwrap();
+    let b_file = fs::File::open(b.2.join("d/data.bin")).unwrap();
+    let mut head = vec![0; 1000];
+    b_file.read_exact_at(&mut head, 0).unwrap();
+    assert_eq!(head, b_data[..1000]);
+    // D is attached at run time: the config does not know it, and a reload leaves it.
+    assert_eq!(daemon.attach(&d.1, &d.2)["result"], "ok");
+
+    let config = image_entry(&b.1, &b.2, "") + &image_entry(&c.1, &c.2, "");
+    fs::write(
+        daemon.config_path(),
+        format!(
+            "socket = {:?}\n{config}",
+            daemon.socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    daemon.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mount_id(&a.2).is_some() || mount_id(&c.2).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "reload did not converge:\n{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_same_tree(&c.0, &c.2);
+    assert_eq!(mount_id(&b.2), Some(b_id), "B was remounted");
+    // The descriptor opened before the reload reads the rest of B through the same mount.
+    let mut rest = vec![0; b_data.len() - 1000];
+    b_file.read_exact_at(&mut rest, 1000).unwrap();
+    assert_eq!(rest, b_data[1000..]);
+    assert!(mount_id(&d.2).is_some(), "the run-time attach was dropped");
+    let status = daemon.status();
+    let mut listed: Vec<&str> = status["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["mountpoint"].as_str().unwrap())
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = [b, c, d]
+        .iter()
+        .map(|x| x.2.display().to_string())
+        .collect();
+    want.sort();
+    assert_eq!(listed, want);
+    assert!(daemon.is_running());
+    // SIGTERM with a file still open on B: the busy mount is detached too.
+    daemon.terminate();
+    drop(b_file);
+}
+
+/// Runs `squashd <args>` as `uid` (gid the same, no supplementary groups).
+fn squashd_as(uid: u32, socket: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(SQUASHD);
+    cmd.args(args).env("SQUASHD_SOCKET", socket);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.stdin(Stdio::null()).output().unwrap()
+}
+
+fn socket_mode(socket: &Path) -> u32 {
+    fs::metadata(socket).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn control_socket_is_root_only_unless_allowed() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 2);
+    let mut closed = Daemon::start(
+        scratch.path(),
+        "closed",
+        &image_entry(&images[0].1, &images[0].2, ""),
+    );
+    closed.wait_ready(Duration::from_secs(30));
+    assert_eq!(socket_mode(&closed.socket), 0o600);
+    let root = squashd_as(0, &closed.socket, &["status", "--json"]);
+    assert!(root.status.success(), "{root:?}");
+    let listed: Value = serde_json::from_slice(&root.stdout).unwrap();
+    assert_eq!(listed["images"].as_array().unwrap().len(), 1);
+    let nobody = squashd_as(65534, &closed.socket, &["status"]);
+    assert!(!nobody.status.success());
+    let err = String::from_utf8_lossy(&nobody.stderr);
+    assert!(err.contains("ermission denied"), "{err}");
+    let img = images[1].1.to_str().unwrap();
+    let mnt = images[1].2.to_str().unwrap();
+    let attach = squashd_as(65534, &closed.socket, &["attach", img, mnt]);
+    assert!(!attach.status.success());
+    assert_eq!(mount_id(&images[1].2), None);
+    closed.terminate();
+
+    // allow_uids: the socket opens to all (0666) and the peer check decides.
+    let mut open = Daemon::start(
+        scratch.path(),
+        "open",
+        &format!(
+            "allow_uids = [65534]\n{}",
+            image_entry(&images[0].1, &images[0].2, "")
+        ),
+    );
+    open.wait_ready(Duration::from_secs(30));
+    assert_eq!(socket_mode(&open.socket), 0o666);
+    let allowed = squashd_as(65534, &open.socket, &["status", "--json"]);
+    assert!(allowed.status.success(), "{allowed:?}");
+    let listed: Value = serde_json::from_slice(&allowed.stdout).unwrap();
+    assert_eq!(listed["images"].as_array().unwrap().len(), 1);
+    let allowed = squashd_as(65534, &open.socket, &["attach", img, mnt]);
+    assert!(allowed.status.success(), "{allowed:?}");
+    assert!(mount_id(&images[1].2).is_some());
+    let other = squashd_as(65533, &open.socket, &["detach", mnt]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("permission denied: uid 65533"), "{err}");
+    assert!(
+        mount_id(&images[1].2).is_some(),
+        "a refused detach detached"
+    );
+    open.terminate();
+    // A signal-terminated client would show here rather than as a refusal.
+    assert!(other.status.signal().is_none());
+}

@@ -61,6 +61,10 @@ fn scan(
         Ok(())
     };
     let mut raw = [0u8; HEADER_SIZE];
+    // Names are strictly increasing (mksquashfs sorts them; lookup relies on it). Checking it
+    // also bounds a listing by the image: a tiny compressed block can repeat one entry 900
+    // times, but distinct sorted names do not compress like that.
+    let mut last: Vec<u8> = Vec::new();
     while len > 0 {
         take(&cur, HEADER_SIZE, &mut len)?;
         cur.read_exact(&mut raw)?;
@@ -80,6 +84,18 @@ fn scan(
             let mut name = vec![0u8; fixed.name_len];
             cur.read_exact(&mut name)?;
             check_name(&name).map_err(|e| image.format_error(cur.block_pos(), e))?;
+            if !last.is_empty() && name <= last {
+                return Err(image.corrupt(
+                    cur.block_pos(),
+                    format!(
+                        "directory entry {:?} is not after {:?}: entries out of order or repeated",
+                        String::from_utf8_lossy(&name),
+                        String::from_utf8_lossy(&last)
+                    ),
+                ));
+            }
+            last.clear();
+            last.extend_from_slice(&name);
             let entry = DirEntry {
                 name,
                 id: InodeId::from_ref(MetadataRef {

@@ -723,3 +723,31 @@ fn xz_and_lzma_dictionaries_are_bounded_by_the_block_size() {
         assert!(out == data, "{comp:?}: 1 MiB round trip");
     }
 }
+
+#[test]
+fn repeated_directory_entries_are_refused_before_they_cost_memory() {
+    // An extended directory claiming 4 GiB of listing: 10,000 runs of 256 entries all named
+    // "a", ~140 KiB compressed. Read whole, it would be 2.5 million entries (a 160 MiB vector).
+    let mut run = dir_header(255, 0, 1);
+    for _ in 0..256 {
+        run.extend(dir_entry(0, 0, craft::DIR, 0, b"a"));
+    }
+    let mut inode = craft::inode_header(8, 1);
+    for field in [2u32, u32::MAX, 0, 1] {
+        inode.extend(field.to_le_bytes()); // nlink, file_size, block, parent
+    }
+    inode.extend([0u8; 4]); // index count, offset
+    inode.extend(u32::MAX.to_le_bytes()); // no xattrs
+    let mut c = Craft::new();
+    c.inodes = meta_plain(&inode);
+    c.dirs = meta_zstd(&run.repeat(10_000));
+    c.inode_count = 4;
+    let r = run_case("2.5 million entries named a", &c.build());
+    assert_fails(
+        "repeated entries",
+        &r,
+        &[ErrorKind::Corrupt],
+        "out of order or repeated",
+    );
+    assert!(r.largest_allocation < 1 << 20, "{}", r.largest_allocation);
+}

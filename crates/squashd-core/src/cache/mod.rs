@@ -160,6 +160,11 @@ impl<V: CacheValue> BlockCache<V> {
         result
     }
 
+    /// Whether the cache has a budget (a zero budget disables it).
+    pub fn is_enabled(&self) -> bool {
+        self.cache.is_some()
+    }
+
     /// The value for `key` if it is cached; counts nothing.
     pub fn peek(&self, key: &BlockKey) -> Option<V> {
         self.cache.as_ref().and_then(|c| c.peek(key))

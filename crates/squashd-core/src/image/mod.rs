@@ -464,15 +464,22 @@ impl ImageInner {
                         format!("data block stored in {stored} bytes, more than a block"),
                     ));
                 }
-                let raw = self.caches.compressed.get_or_load(
-                    key,
-                    Some(&self.counters.compressed),
-                    || {
-                        let mut raw = vec![0u8; stored];
-                        self.read_at(pos, &mut raw)?;
-                        Ok::<Arc<[u8]>, Error>(raw.into())
-                    },
-                )?;
+                let read = || {
+                    let mut raw = vec![0u8; stored];
+                    self.read_at(pos, &mut raw)?;
+                    Ok::<Arc<[u8]>, Error>(raw.into())
+                };
+                // A disabled compressed tier is not consulted (nor counted): reads go straight
+                // to the image.
+                let raw = if self.caches.compressed.is_enabled() {
+                    self.caches.compressed.get_or_load(
+                        key,
+                        Some(&self.counters.compressed),
+                        read,
+                    )?
+                } else {
+                    read()?
+                };
                 if !size.compressed {
                     return Ok(raw);
                 }

@@ -29,7 +29,11 @@ pub fn mode_string(kind: FileKind, permissions: u16) -> [u8; 10] {
             }
         }
     }
-    let special = [(0o4000, 3, b's', b'S'), (0o2000, 6, b's', b'S'), (0o1000, 9, b't', b'T')];
+    let special = [
+        (0o4000, 3, b's', b'S'),
+        (0o2000, 6, b's', b'S'),
+        (0o1000, 9, b't', b'T'),
+    ];
     for (bit, at, with_x, without_x) in special {
         if p & bit != 0 {
             s[at] = if s[at] == b'x' { with_x } else { without_x };
@@ -90,9 +94,9 @@ impl OwnerNames {
             out.extend_from_slice(name);
             return;
         }
-        // unsquashfs 4.5 prints ids without a name with "%d".
+        // Ids without a name print as unsigned numbers, as unsquashfs 4.5.1 does.
         let name = lookup(id)
-            .unwrap_or_else(|| (id as i32).to_string().into_bytes())
+            .unwrap_or_else(|| id.to_string().into_bytes())
             .into_boxed_slice();
         out.extend_from_slice(&name);
         map.write()

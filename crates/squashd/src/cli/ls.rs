@@ -35,7 +35,12 @@ pub struct Args {
     #[arg(short = 'R', long)]
     recursive: bool,
     /// Prefix of the paths of a recursive listing (unsquashfs's -d).
-    #[arg(short = 'd', long, default_value = "squashfs-root", value_name = "NAME")]
+    #[arg(
+        short = 'd',
+        long,
+        default_value = "squashfs-root",
+        value_name = "NAME"
+    )]
     prefix: OsString,
 }
 
@@ -224,9 +229,11 @@ impl Lister<'_> {
         }
         STAMPS.with(|stamps| {
             let mut stamps = stamps.borrow_mut();
-            let stamp = stamps
-                .entry(inode.mtime)
-                .or_insert_with(|| super::display::minute_stamp(inode.mtime).into_bytes().into());
+            let stamp = stamps.entry(inode.mtime).or_insert_with(|| {
+                super::display::minute_stamp(inode.mtime)
+                    .into_bytes()
+                    .into()
+            });
             out.extend_from_slice(stamp);
         });
         out.push(b' ');

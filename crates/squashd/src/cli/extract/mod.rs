@@ -30,7 +30,12 @@ pub struct Args {
     /// Paths in the image to extract (files or whole directories); everything when omitted.
     paths: Vec<OsString>,
     /// Directory to extract into; it must not exist unless -f is given.
-    #[arg(short = 'd', long = "dest", default_value = "squashfs-root", value_name = "DIR")]
+    #[arg(
+        short = 'd',
+        long = "dest",
+        default_value = "squashfs-root",
+        value_name = "DIR"
+    )]
     dest: PathBuf,
     /// Extract into an existing directory, replacing files that are in the way.
     #[arg(short = 'f', long)]
@@ -60,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         bar
     });
+    write::clear_umask();
     let writer = write::Writer {
         image: &image,
         force: args.force,
@@ -94,7 +100,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let skipped = writer.devices_skipped.load(Ordering::Relaxed);
     if skipped > 0 {
-        eprintln!("squashd: {name}: warning: {skipped} device nodes skipped (only root may create them)");
+        eprintln!(
+            "squashd: {name}: warning: {skipped} device nodes skipped (only root may create them)"
+        );
     }
     Ok(())
 }

@@ -27,7 +27,10 @@ impl Selection {
         };
         for path in paths {
             let mut node = &mut root;
-            for c in path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+            for c in path
+                .split(|&b| b == b'/')
+                .filter(|c| !c.is_empty() && *c != b".")
+            {
                 if c == b".." {
                     bail!(
                         "{}: '..' is not allowed in paths to extract",

@@ -108,10 +108,19 @@ impl Writer<'_> {
     fn write_file(&self, job: &Job) -> anyhow::Result<()> {
         let path = &job.path;
         self.clear(path)?;
+        // Created with its final permissions (the umask is 0) when nothing needs them later:
+        // saves a chmod per file. Special bits must follow the chown, and a non-root user
+        // needs write permission to set xattrs.
+        let perms = job.inode.permissions as u32;
+        let create_mode = if perms & 0o7000 == 0 && (self.as_root || perms & 0o200 != 0) {
+            perms
+        } else {
+            0o600
+        };
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(create_mode)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| io_context(e, "cannot create", path))?;
@@ -154,12 +163,18 @@ impl Writer<'_> {
             file.set_len(reader.size())
                 .map_err(|e| io_context(e, "cannot set the size of", path))?;
         }
-        self.finish_fd(&file, &job.inode, path)
+        self.finish_fd(&file, &job.inode, path, create_mode != perms)
     }
 
     /// Owner, xattrs, mode and times of an open file or directory, in the order that keeps
     /// each (chown clears setuid bits and file capabilities, so it goes first).
-    fn finish_fd(&self, file: &File, inode: &Inode, path: &Path) -> anyhow::Result<()> {
+    fn finish_fd(
+        &self,
+        file: &File,
+        inode: &Inode,
+        path: &Path,
+        chmod: bool,
+    ) -> anyhow::Result<()> {
         if self.as_root {
             std::os::unix::fs::fchown(file, Some(inode.uid), Some(inode.gid))
                 .map_err(|e| io_context(e, "cannot set the owner of", path))?;
@@ -169,8 +184,10 @@ impl Writer<'_> {
                 self.xattr_refused(e, &x.name, path)?;
             }
         }
-        file.set_permissions(fs::Permissions::from_mode(inode.permissions as u32))
-            .map_err(|e| io_context(e, "cannot set the mode of", path))?;
+        if chmod {
+            file.set_permissions(fs::Permissions::from_mode(inode.permissions as u32))
+                .map_err(|e| io_context(e, "cannot set the mode of", path))?;
+        }
         file.set_times(mtime(inode))
             .map_err(|e| io_context(e, "cannot set the times of", path))
     }
@@ -296,7 +313,7 @@ impl Writer<'_> {
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&job.path)
             .map_err(|e| io_context(e, "cannot open", &job.path))?;
-        self.finish_fd(&dir, &job.inode, &job.path)
+        self.finish_fd(&dir, &job.inode, &job.path, true)
     }
 }
 
@@ -350,6 +367,14 @@ impl<'f> PendingWrite<'f> {
             self.buf.clear();
         }
         Ok(())
+    }
+}
+
+/// Makes modes given at creation exact (extraction sets every mode the image records).
+pub fn clear_umask() {
+    // SAFETY: umask has no preconditions and cannot fail.
+    unsafe {
+        libc::umask(0);
     }
 }
 

@@ -1,0 +1,500 @@
+//! The offline tools, run as a user runs them, on images the real mksquashfs builds from the
+//! testkit fixture tree, compared with the real unsquashfs, getfattr and the source tree.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use testkit::{Built, Kind, TreeOptions};
+
+fn squashd<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_squashd"))
+        .args(args)
+        .env("TZ", "America/New_York")
+        .output()
+        .expect("run squashd")
+}
+
+fn ok<S: AsRef<OsStr>>(args: &[S]) -> Vec<u8> {
+    let out = squashd(args);
+    assert!(
+        out.status.success(),
+        "squashd {:?} failed: {}",
+        args.iter()
+            .map(|a| a.as_ref().to_owned())
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// unsquashfs with the same time zone as squashd (listings print local times).
+fn unsquashfs<S: AsRef<OsStr>>(args: &[S]) -> Vec<u8> {
+    let out = Command::new("unsquashfs")
+        .args(args)
+        .env("TZ", "America/New_York")
+        .output()
+        .expect("run unsquashfs");
+    assert!(out.status.success(), "unsquashfs failed");
+    out.stdout
+}
+
+/// One fixture tree and its default zstd image, shared by the tests of this file.
+fn fixture() -> Option<&'static (Built, PathBuf)> {
+    static FIXTURE: OnceLock<Option<(Built, PathBuf)>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            if !testkit::have_squashfs_tools() {
+                return None;
+            }
+            let built = Built::new(&TreeOptions::default());
+            let image = built.image("zstd", &["-comp", "zstd"]);
+            Some((built, image))
+        })
+        .as_ref()
+}
+
+fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes.split(|&b| b == b'\n').collect()
+}
+
+/// Shows the first differing line when two outputs differ.
+fn assert_same_output(ours: &[u8], theirs: &[u8], what: &str) {
+    if ours == theirs {
+        return;
+    }
+    let (a, b) = (lines(ours), lines(theirs));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        if x != y {
+            panic!(
+                "{what}: line {} differs:\n  squashd:    {}\n  unsquashfs: {}",
+                i + 1,
+                x.escape_ascii(),
+                y.escape_ascii()
+            );
+        }
+    }
+    panic!("{what}: {} lines vs {} lines", a.len(), b.len());
+}
+
+#[test]
+fn ls_recursive_matches_unsquashfs_byte_for_byte() {
+    let Some((_, image)) = fixture() else { return };
+    for (ours, theirs) in [(["-lR"], ["-lls"]), (["-R"], ["-ls"])] {
+        let a = ok(&[OsStr::new("ls"), OsStr::new(ours[0]), image.as_os_str()]);
+        let b = unsquashfs(&[OsStr::new(theirs[0]), image.as_os_str()]);
+        assert!(
+            lines(&b).len() > 3000,
+            "the listing covers the big directory"
+        );
+        assert_same_output(
+            &a,
+            &b,
+            &format!("ls {} vs unsquashfs {}", ours[0], theirs[0]),
+        );
+    }
+    // A subtree, with unsquashfs's leading directories, and another prefix.
+    let a = ok(&[
+        OsStr::new("ls"),
+        OsStr::new("-lR"),
+        OsStr::new("-d"),
+        OsStr::new("out"),
+        image.as_os_str(),
+        OsStr::new("files"),
+    ]);
+    let b = unsquashfs(&[
+        OsStr::new("-lls"),
+        OsStr::new("-d"),
+        OsStr::new("out"),
+        image.as_os_str(),
+        OsStr::new("files"),
+    ]);
+    assert_same_output(&a, &b, "ls -lR files");
+}
+
+#[test]
+fn ls_recursive_matches_unsquashfs_for_other_layouts() {
+    let Some((built, _)) = fixture() else { return };
+    // Small blocks, uncompressed everything, no fragments: other inode and listing layouts.
+    let image = built.image(
+        "gzip-4k-noI",
+        &[
+            "-comp",
+            "gzip",
+            "-b",
+            "4096",
+            "-noI",
+            "-noD",
+            "-noF",
+            "-no-fragments",
+        ],
+    );
+    let a = ok(&[OsStr::new("ls"), OsStr::new("-lR"), image.as_os_str()]);
+    let b = unsquashfs(&[OsStr::new("-lls"), image.as_os_str()]);
+    assert_same_output(&a, &b, "ls -lR of a -b 4096 -noI -noD -noF image");
+}
+
+#[test]
+fn ls_of_a_directory_lists_its_names() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    for dir in [&b""[..], b"big", b"\xff\xfe-dir", b"empty"] {
+        let mut expected: Vec<Vec<u8>> = std::fs::read_dir(built.src.join(OsStr::from_bytes(dir)))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().as_bytes().to_vec())
+            .collect();
+        expected.sort();
+        let out = ok(&[OsStr::new("ls"), image.as_os_str(), OsStr::from_bytes(dir)]);
+        let got: Vec<Vec<u8>> = lines(&out)
+            .into_iter()
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(got, expected, "ls of {}", dir.escape_ascii());
+    }
+    // Long form: the same columns as unsquashfs -lls, with bare names.
+    let out = ok(&[
+        OsStr::new("ls"),
+        OsStr::new("-l"),
+        image.as_os_str(),
+        OsStr::new("one"),
+    ]);
+    let theirs = unsquashfs(&[
+        OsStr::new("-lls"),
+        image.as_os_str(),
+        OsStr::new("one/only"),
+    ]);
+    let their_line = lines(&theirs)[2].to_vec();
+    let expected = String::from_utf8(their_line)
+        .unwrap()
+        .replace("squashfs-root/one/", "");
+    assert_eq!(String::from_utf8(out).unwrap(), format!("{expected}\n"));
+}
+
+#[test]
+fn cat_writes_the_source_bytes() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    let records = testkit::walk_disk(&built.src);
+    let files: Vec<&[u8]> = records
+        .iter()
+        .filter(|r| r.kind == Kind::File)
+        .map(|r| &r.path[..])
+        .collect();
+    assert!(files.len() > 100);
+    let mut args = vec![OsStr::new("cat"), image.as_os_str()];
+    args.extend(files.iter().map(|p| OsStr::from_bytes(p)));
+    let out = ok(&args);
+    let mut expected = Vec::new();
+    for p in &files {
+        expected.extend(std::fs::read(built.src.join(OsStr::from_bytes(p))).unwrap());
+    }
+    assert!(out == expected, "cat of every file differs from the source");
+    // And a sparse file alone, against unsquashfs -cat.
+    let ours = ok(&[
+        OsStr::new("cat"),
+        image.as_os_str(),
+        OsStr::new("sparse/middle"),
+    ]);
+    let theirs = unsquashfs(&[
+        OsStr::new("-cat"),
+        image.as_os_str(),
+        OsStr::new("sparse/middle"),
+    ]);
+    assert!(
+        ours == theirs,
+        "cat of sparse/middle differs from unsquashfs -cat"
+    );
+}
+
+#[test]
+fn cat_reports_bad_paths_and_goes_on() {
+    let Some((_, image)) = fixture() else { return };
+    let out = squashd(&[
+        OsStr::new("cat"),
+        image.as_os_str(),
+        OsStr::new("files"),
+        OsStr::new("no/such"),
+        OsStr::new("a"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stdout, b"A");
+    let err = String::from_utf8(out.stderr).unwrap();
+    let err: Vec<&str> = err.lines().collect();
+    assert_eq!(err.len(), 2, "{err:?}");
+    assert!(err[0].starts_with("squashd: ") && err[0].ends_with("files: is a directory"));
+    assert!(
+        err[1].ends_with("no/such: no such file or directory"),
+        "{}",
+        err[1]
+    );
+}
+
+/// getfattr's `name=0x...` lines for `path`.
+fn getfattr_hex(path: &Path) -> Option<Vec<String>> {
+    let out = Command::new("getfattr")
+        .args(["-d", "-m", "-", "-e", "hex", "--absolute-names"])
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    Some(lines)
+}
+
+#[test]
+fn xattr_matches_getfattr_on_the_unsquashfs_extraction() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    if !testkit::have_tool("getfattr") {
+        return testkit::skip("getfattr is not installed");
+    }
+    let extracted = built.extract(image);
+    let mut checked = 0;
+    for rel in [
+        "xattr",
+        "xattr/basic",
+        "xattr/large",
+        "xattr/many",
+        "xattr/sameset-2",
+        "a",
+    ] {
+        let Some(expected) = getfattr_hex(&extracted.join(rel)) else {
+            return testkit::skip("getfattr failed");
+        };
+        let out = ok(&[
+            OsStr::new("xattr"),
+            OsStr::new("--hex"),
+            image.as_os_str(),
+            OsStr::new(rel),
+        ]);
+        let mut got: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "xattrs of {rel}");
+        checked += expected.len();
+    }
+    assert!(checked > 40);
+    // Text form and one raw value.
+    let out = ok(&[
+        OsStr::new("xattr"),
+        image.as_os_str(),
+        OsStr::new("xattr/basic"),
+    ]);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.lines().any(|l| l == "user.small=\"v\""), "{text}");
+    assert!(text.lines().any(|l| l == "user.empty=\"\""), "{text}");
+    let raw = ok(&[
+        OsStr::new("xattr"),
+        image.as_os_str(),
+        OsStr::new("xattr/large"),
+        OsStr::new("--name"),
+        OsStr::new("user.big"),
+    ]);
+    let expected = xattr::get(built.src.join("xattr/large"), "user.big")
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw, expected);
+    let missing = squashd(&[
+        OsStr::new("xattr"),
+        image.as_os_str(),
+        OsStr::new("a"),
+        OsStr::new("--name"),
+        OsStr::new("user.none"),
+    ]);
+    assert_eq!(missing.status.code(), Some(1));
+}
+
+/// The value after `key` in `unsquashfs -s` output lines like "Block size 131072".
+fn field<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"))
+        .trim()
+}
+
+#[test]
+fn info_agrees_with_unsquashfs_s() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    let xz = built.image(
+        "xz-noexp",
+        &[
+            "-comp",
+            "xz",
+            "-Xbcj",
+            "x86",
+            "-no-exports",
+            "-no-xattrs",
+            "-b",
+            "1M",
+        ],
+    );
+    let variants = [("zstd", image.clone()), ("xz-noexp", xz.clone())];
+    for (name, image) in variants {
+        let theirs = String::from_utf8(unsquashfs(&[OsStr::new("-s"), image.as_os_str()])).unwrap();
+        let ours = String::from_utf8(ok(&[OsStr::new("info"), image.as_os_str()])).unwrap();
+        let ours_field = |k: &str| field(&ours, &format!("{k}:")).to_string();
+        assert_eq!(
+            ours_field("compressor"),
+            field(&theirs, "Compression"),
+            "{name}"
+        );
+        assert_eq!(
+            ours_field("block size").split(' ').next().unwrap(),
+            field(&theirs, "Block size")
+        );
+        assert_eq!(ours_field("inodes"), field(&theirs, "Number of inodes"));
+        assert_eq!(
+            ours_field("fragments"),
+            field(&theirs, "Number of fragments")
+        );
+        assert_eq!(ours_field("ids"), field(&theirs, "Number of ids"));
+        let size = field(&theirs, "Filesystem size").split(' ').next().unwrap();
+        assert!(
+            ours_field("image size").starts_with(&format!("{size} bytes")),
+            "{name}"
+        );
+        let exportable = theirs.contains("Filesystem is exportable via NFS");
+        assert_eq!(
+            ours_field("export table") == "present",
+            exportable,
+            "{name}"
+        );
+        assert_eq!(
+            ours_field("flags").split(' ').any(|f| f == "exportable"),
+            exportable
+        );
+        let duplicates = theirs.contains("Duplicates are removed");
+        assert_eq!(
+            ours_field("flags").split(' ').any(|f| f == "duplicates"),
+            duplicates
+        );
+        let no_xattrs = !theirs.contains("Xattrs are compressed")
+            && !theirs.contains("Xattrs are stored uncompressed");
+        assert_eq!(
+            ours_field("xattr table") == "absent",
+            no_xattrs,
+            "{name}: {theirs}"
+        );
+    }
+    let ours = String::from_utf8(ok(&[OsStr::new("info"), xz.as_os_str()])).unwrap();
+    assert!(
+        ours.contains("x86"),
+        "xz options show the BCJ filter:\n{ours}"
+    );
+}
+
+#[test]
+fn stat_shows_the_source_attributes() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    use std::os::unix::fs::MetadataExt;
+    for rel in ["files/rand-131073", "sparse/middle", "one", "xattr/basic"] {
+        let md = std::fs::symlink_metadata(built.src.join(rel)).unwrap();
+        let out = String::from_utf8(ok(&[
+            OsStr::new("stat"),
+            image.as_os_str(),
+            OsStr::new(rel),
+        ]))
+        .unwrap();
+        assert!(out.contains(&format!("File: {rel}")), "{out}");
+        assert!(
+            out.contains(&format!("Access: ({:04o}/", md.mode() & 0o7777)),
+            "{out}"
+        );
+        assert!(out.contains(&format!("Links: {}", md.nlink())), "{out}");
+        assert!(out.contains(&format!("Uid: ({:>5}/", md.uid())), "{out}");
+        if md.is_file() {
+            assert!(out.contains(&format!("Size: {:<15}", md.size())), "{out}");
+        }
+    }
+    let out = String::from_utf8(ok(&[
+        OsStr::new("stat"),
+        image.as_os_str(),
+        OsStr::new("xattr/basic"),
+    ]))
+    .unwrap();
+    assert!(out.contains("user.small"), "{out}");
+}
+
+#[test]
+fn errors_are_one_line_with_the_right_exit_status() {
+    let Some((_, image)) = fixture() else { return };
+    let out = squashd(&["ls", "/nonexistent/image.sqfs"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("squashd: /nonexistent/image.sqfs: "),
+        "{err}"
+    );
+    let out = squashd(&[
+        OsStr::new("stat"),
+        image.as_os_str(),
+        OsStr::new("no/such/path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 1);
+    // Not an image at all.
+    let out = squashd(&["info", "/proc/self/exe"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("not a SquashFS image"));
+    for bad in [&["ls"][..], &["ls", "--bogus", "x"], &["frobnicate"]] {
+        assert_eq!(squashd(bad).status.code(), Some(2), "{bad:?}");
+    }
+    assert!(squashd(&["extract", "--help"]).status.success());
+}
+
+#[test]
+fn offset_reads_an_embedded_image() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    let embedded = built.scratch("embedded.bin");
+    let mut bytes = vec![0x5au8; 12345];
+    bytes.extend(std::fs::read(image).unwrap());
+    std::fs::write(&embedded, bytes).unwrap();
+    let plain = ok(&[OsStr::new("ls"), OsStr::new("-lR"), image.as_os_str()]);
+    let shifted = ok(&[
+        OsStr::new("ls"),
+        OsStr::new("-lR"),
+        OsStr::new("--offset"),
+        OsStr::new("12345"),
+        embedded.as_os_str(),
+    ]);
+    assert!(plain == shifted);
+    let a = ok(&[
+        OsStr::new("cat"),
+        OsStr::new("-o"),
+        OsStr::new("12345"),
+        embedded.as_os_str(),
+        OsStr::new("files/rand-1048577"),
+    ]);
+    assert_eq!(
+        a,
+        std::fs::read(built.src.join("files/rand-1048577")).unwrap()
+    );
+    assert_eq!(
+        squashd(&[OsStr::new("ls"), embedded.as_os_str()])
+            .status
+            .code(),
+        Some(1)
+    );
+}

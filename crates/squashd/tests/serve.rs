@@ -639,6 +639,35 @@ fn sighup_reload_attaches_and_detaches_the_difference() {
     drop(b_file);
 }
 
+#[test]
+fn restart_after_a_crash_reclaims_dead_mounts() {
+    if !can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 2);
+    let mut config = String::new();
+    for (_, img, mnt) in &images {
+        config += &image_entry(img, mnt, "");
+    }
+    let mut crashed = Daemon::start(scratch.path(), "crash", &config);
+    crashed.wait_ready(Duration::from_secs(30));
+    crashed.child.kill().unwrap();
+    crashed.child.wait().unwrap();
+    // Its guard would unmount what it left: the point is that the next daemon does.
+    std::mem::forget(crashed);
+    let dead = fs::metadata(&images[0].2).unwrap_err();
+    assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
+    let mut restarted = Daemon::start(scratch.path(), "restart", &config);
+    restarted.wait_ready(Duration::from_secs(30));
+    for (src, _, mnt) in &images {
+        assert_same_tree(src, mnt);
+    }
+    // Each mount point holds one mount again, not a live one over a dead one.
+    assert_eq!(mounts_under(scratch.path()).len(), 2);
+    restarted.terminate();
+}
+
 /// Runs `squashd <args>` as `uid` (gid the same, no supplementary groups).
 fn squashd_as(uid: u32, socket: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(SQUASHD);

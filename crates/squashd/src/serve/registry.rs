@@ -68,6 +68,7 @@ impl Registry {
     ) -> anyhow::Result<String> {
         let image_path = absolute(image, "image")?;
         let mountpoint = absolute(mountpoint, "mount point")?;
+        clear_dead_mount(&mountpoint);
         if !mountpoint.is_dir() {
             bail!("{}: mount point is not a directory", mountpoint.display());
         }
@@ -277,6 +278,26 @@ fn answers(mountpoint: &Path) -> bool {
         });
     rx.recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
         .is_ok()
+}
+
+/// A squashd mount whose daemon died (killed, crashed) answers everything with ENOTCONN and
+/// would block its mount point forever: a restarted daemon (systemd's Restart=on-failure)
+/// could attach nothing there. Such a mount serves no one, so it is detached.
+fn clear_dead_mount(mountpoint: &Path) {
+    let dead = std::fs::metadata(mountpoint)
+        .is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+    if dead && is_fuse_mount(mountpoint) {
+        match squashd_fuse::unmount(mountpoint, true) {
+            Ok(()) => eprintln!(
+                "squashd serve: {}: detached a dead squashd mount left there",
+                mountpoint.display()
+            ),
+            Err(e) => eprintln!(
+                "squashd serve: {}: cannot detach the dead mount left there: {e}",
+                mountpoint.display()
+            ),
+        }
+    }
 }
 
 /// Whether /proc/self/mountinfo shows a squashd mount at `path`.

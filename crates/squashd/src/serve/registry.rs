@@ -284,8 +284,8 @@ fn answers(mountpoint: &Path) -> bool {
 /// would block its mount point forever: a restarted daemon (systemd's Restart=on-failure)
 /// could attach nothing there. Such a mount serves no one, so it is detached.
 fn clear_dead_mount(mountpoint: &Path) {
-    let dead = std::fs::metadata(mountpoint)
-        .is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+    let dead =
+        std::fs::metadata(mountpoint).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
     if dead && is_fuse_mount(mountpoint) {
         match squashd_fuse::unmount(mountpoint, true) {
             Ok(()) => eprintln!(

@@ -1,7 +1,8 @@
 //! The FUSE request handlers: each maps one request to `Image` calls and shapes the reply so
 //! the kernel caches it for good.
 
-use crate::attr::{errno, file_attr, file_type, negative_attr, Owner, FOREVER};
+use crate::attr::{errno, file_attr, negative_attr, Owner, FOREVER};
+use crate::dirs::OpenDir;
 use crate::handles::HandleTable;
 use crate::nodes::NodeMap;
 use crate::prefetch::{Prefetcher, ReadState};
@@ -13,36 +14,37 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use squashd_core::{Chunk, DirEntry, FileReader, Image, Inode, InodeId};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 /// The generation of every node: node numbers are never reused while mounted.
-const GENERATION: Generation = Generation(0);
+pub(crate) const GENERATION: Generation = Generation(0);
 
 struct OpenFile {
     reader: FileReader,
     reading: ReadState,
 }
 
-struct OpenDir {
-    inode: Inode,
-    /// The listing, read on the first readdir and kept so that offsets stay stable.
-    entries: OnceLock<Arc<[DirEntry]>>,
-}
-
 /// A read-only file system serving one image (or one directory of it) to the kernel.
 pub struct SquashFs {
-    image: Image,
-    root: Inode,
-    nodes: NodeMap,
+    pub(crate) image: Image,
+    pub(crate) root: Inode,
+    pub(crate) nodes: NodeMap,
     owner: Owner,
     files: HandleTable<OpenFile>,
-    dirs: HandleTable<OpenDir>,
+    pub(crate) dirs: HandleTable<OpenDir>,
     prefetch: Prefetcher,
     activity: Option<Arc<Activity>>,
+    /// The kernel skips OPENDIR/RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT): a walk costs no round
+    /// trips for directories it has listed before, and readdir comes with no handle.
+    no_opendir: bool,
+    /// Listings being read in several readdir calls without a handle, by node.
+    pub(crate) listings: Mutex<HashMap<u64, Arc<[DirEntry]>>>,
+    pub(crate) metadata_read_ahead: std::sync::Once,
 }
 
 impl std::fmt::Debug for SquashFs {
@@ -89,6 +91,9 @@ impl SquashFs {
             dirs: HandleTable::new(),
             prefetch: Prefetcher::new(config.prefetch_threads, window, 64),
             activity,
+            no_opendir: false,
+            listings: Mutex::new(HashMap::new()),
+            metadata_read_ahead: std::sync::Once::new(),
             root,
             image,
         })
@@ -99,13 +104,13 @@ impl SquashFs {
         self.files.len() + self.dirs.len()
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         if let Some(a) = &self.activity {
             a.touch();
         }
     }
 
-    fn inode(&self, node: INodeNo) -> Result<Inode> {
+    pub(crate) fn inode(&self, node: INodeNo) -> Result<Inode> {
         if node.0 == 1 {
             return Ok(self.root.clone());
         }
@@ -114,37 +119,17 @@ impl SquashFs {
         self.image.inode(id).map_err(|e| errno(&e))
     }
 
-    fn load(&self, id: InodeId) -> Result<Inode> {
+    pub(crate) fn load(&self, id: InodeId) -> Result<Inode> {
         self.image.inode(id).map_err(|e| errno(&e))
     }
 
-    fn attr(&self, inode: &Inode) -> fuser::FileAttr {
+    pub(crate) fn attr(&self, inode: &Inode) -> fuser::FileAttr {
         let node = self.nodes.remember(inode.number, inode.id);
         file_attr(node, inode, self.owner, self.blksize())
     }
 
     fn blksize(&self) -> u32 {
         self.image.superblock().block_size
-    }
-
-    fn dir_entries(&self, dir: &OpenDir) -> Result<Arc<[DirEntry]>> {
-        if let Some(e) = dir.entries.get() {
-            return Ok(e.clone());
-        }
-        let entries: Arc<[DirEntry]> = self
-            .image
-            .read_dir(&dir.inode)
-            .map_err(|e| errno(&e))?
-            .into();
-        Ok(dir.entries.get_or_init(|| entries).clone())
-    }
-
-    /// Node of a directory's "..", as readdir shows it.
-    fn parent_node(&self, dir: &Inode) -> u64 {
-        if dir.number == self.root.number {
-            return 1;
-        }
-        dir.parent.map_or(1, |p| self.nodes.node(p))
     }
 
     fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<Option<fuser::FileAttr>> {
@@ -221,6 +206,9 @@ impl Filesystem for SquashFs {
         ] {
             let _ = config.add_capabilities(wanted);
         }
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
         // Readahead requests are "background" requests: let many be in flight so that the
         // worker threads (and read-ahead decompression) are kept busy.
         let _ = config.set_max_background(256);
@@ -232,7 +220,7 @@ impl Filesystem for SquashFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.touch();
+        self.dir_request();
         match self.do_lookup(parent, name) {
             Ok(Some(attr)) => reply.entry(&FOREVER, &attr, GENERATION),
             // A negative entry, cached like a positive one: the name will never appear.
@@ -326,6 +314,11 @@ impl Filesystem for SquashFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.touch();
+        if self.no_opendir {
+            // ENOSYS tells the kernel to stop sending OPENDIR and RELEASEDIR; it then treats
+            // every directory as opened with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR.
+            return reply.error(Errno::ENOSYS);
+        }
         let inode = match self.inode(ino) {
             Ok(i) => i,
             Err(e) => return reply.error(e),
@@ -348,94 +341,25 @@ impl Filesystem for SquashFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        self.touch();
-        let Some(dir) = self.dirs.get(fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        let entries = match self.dir_entries(&dir) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        let own = self.nodes.node(dir.inode.number);
-        let parent = self.parent_node(&dir.inode);
-        // Positions 0 and 1 are "." and ".."; entry i is at i + 2. The offset of an entry is
-        // the position of the next one.
-        for pos in offset..entries.len() as u64 + 2 {
-            let full = match pos {
-                0 => reply.add(INodeNo(own), 1, fuser::FileType::Directory, "."),
-                1 => reply.add(INodeNo(parent), 2, fuser::FileType::Directory, ".."),
-                _ => {
-                    let e = &entries[pos as usize - 2];
-                    reply.add(
-                        INodeNo(self.nodes.node(e.number)),
-                        pos + 1,
-                        file_type(e.kind),
-                        OsStr::from_bytes(&e.name),
-                    )
-                }
-            };
-            if full {
-                break;
-            }
-        }
-        reply.ok();
+        self.dir_request();
+        self.fill_readdir(ino, fh, offset, reply);
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        self.touch();
-        let Some(dir) = self.dirs.get(fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        let entries = match self.dir_entries(&dir) {
-            Ok(e) => e,
-            Err(e) => return reply.error(e),
-        };
-        let own = self.attr(&dir.inode);
-        for (added, pos) in (offset..entries.len() as u64 + 2).enumerate() {
-            let full = match pos {
-                0 => reply.add(INodeNo(own.ino.0), 1, ".", &FOREVER, &own, GENERATION),
-                1 => {
-                    // The kernel ignores the attributes of ".." (it only shows its number).
-                    let mut up = own;
-                    up.ino = INodeNo(self.parent_node(&dir.inode));
-                    reply.add(up.ino, 2, "..", &FOREVER, &up, GENERATION)
-                }
-                _ => {
-                    let e = &entries[pos as usize - 2];
-                    let inode = match self.load(e.id) {
-                        Ok(i) => i,
-                        // Entries already added stay valid; the error comes on the next call.
-                        Err(err) if added == 0 => return reply.error(err),
-                        Err(_) => break,
-                    };
-                    let attr = self.attr(&inode);
-                    reply.add(
-                        attr.ino,
-                        pos + 1,
-                        OsStr::from_bytes(&e.name),
-                        &FOREVER,
-                        &attr,
-                        GENERATION,
-                    )
-                }
-            };
-            if full {
-                break;
-            }
-        }
-        reply.ok();
+        self.dir_request();
+        self.fill_readdirplus(ino, fh, offset, reply);
     }
 
     fn releasedir(

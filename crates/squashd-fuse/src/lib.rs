@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod attr;
+mod dirs;
 mod fs;
 mod handles;
 mod nodes;

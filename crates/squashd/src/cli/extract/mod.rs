@@ -4,6 +4,8 @@
 //! the destination joined with checked names; [`write`] creates them in a safe order:
 //! directories, file contents (in parallel), special files, symlinks, hard links, then the
 //! directories' own attributes, deepest first, once nothing more will be written inside them.
+//!
+//! `SQUASHD_TIMING=1` in the environment prints the time at the end of each step on stderr.
 
 mod plan;
 mod write;
@@ -54,6 +56,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // Missing paths are an error here (unsquashfs ignores them silently).
         image.resolve_path(path)?;
     }
+    let t0 = std::time::Instant::now();
+    let timing = std::env::var_os("SQUASHD_TIMING").is_some();
+    let phase = |what: &str| {
+        if timing {
+            eprintln!("{what}: {:?}", t0.elapsed());
+        }
+    };
     let selection = plan::Selection::new(&paths)?;
     let plan = plan::plan(&image, &selection, &args.dest)?;
     let progress = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
@@ -74,10 +83,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         xattr_failures: AtomicU64::new(0),
         devices_skipped: AtomicU64::new(0),
     };
+    phase("plan");
     for (i, dir) in plan.dirs.iter().enumerate() {
         writer.make_dir(dir, i == 0)?;
     }
+    phase("dirs");
     writer.write_files(&plan.files)?;
+    phase("files");
     for job in &plan.specials {
         writer.make_special(job)?;
     }
@@ -87,9 +99,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (new, existing) in &plan.hard_links {
         writer.make_hard_link(new, existing)?;
     }
+    phase("links");
     for dir in plan.dirs.iter().rev() {
         writer.finish_dir(dir)?;
     }
+    phase("finish");
     if let Some(bar) = &writer.progress {
         bar.finish_and_clear();
     }

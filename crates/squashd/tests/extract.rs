@@ -1,0 +1,173 @@
+//! `squashd extract` compared with `unsquashfs -d` of the same image (types, modes, owners,
+//! sizes, mtimes, symlink targets, hard-link groups, xattrs, contents), sparse files kept
+//! sparse, subpaths, and the safety of extracting into a directory that holds symlinks.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use testkit::{Built, TreeOptions};
+
+fn squashd<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_squashd"))
+        .args(args)
+        .output()
+        .expect("run squashd")
+}
+
+fn extract(image: &Path, dest: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        OsStr::new("extract"),
+        image.as_os_str(),
+        OsStr::new("-d"),
+        dest.as_os_str(),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    squashd(&args)
+}
+
+fn extract_ok(image: &Path, dest: &Path, extra: &[&str]) {
+    let out = extract(image, dest, extra);
+    assert!(
+        out.status.success(),
+        "squashd extract failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn extraction_matches_unsquashfs() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let built = Built::new(&TreeOptions::default());
+    for (name, options) in [
+        ("zstd", &["-comp", "zstd"][..]),
+        (
+            "lz4-4k",
+            &["-comp", "lz4", "-b", "4096", "-always-use-fragments"][..],
+        ),
+    ] {
+        let image = built.image(name, options);
+        let theirs = built.extract(&image);
+        let ours = built.scratch(&format!("ours-{name}"));
+        extract_ok(&image, &ours, &[]);
+        let expected = testkit::walk_disk(&theirs);
+        let actual = testkit::walk_disk(&ours);
+        assert!(expected.len() > 3000);
+        assert!(
+            expected.iter().any(|r| r.link_leader.is_some()),
+            "hard links are compared"
+        );
+        testkit::assert_records_eq(&expected, &actual, &format!("extract of {name}"));
+        // Sparse files stay sparse: no more blocks than unsquashfs's copy, far fewer than size.
+        for rel in ["sparse/all-hole", "sparse/middle", "sparse/hole-first"] {
+            let a = std::fs::metadata(ours.join(rel)).unwrap();
+            let b = std::fs::metadata(theirs.join(rel)).unwrap();
+            assert!(
+                a.blocks() * 512 < a.size() / 2,
+                "{rel} is not sparse: {} blocks",
+                a.blocks()
+            );
+            assert!(
+                a.blocks() <= b.blocks(),
+                "{rel}: {} blocks vs unsquashfs {}",
+                a.blocks(),
+                b.blocks()
+            );
+        }
+    }
+}
+
+#[test]
+fn subpaths_extract_with_their_parents_only() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let built = Built::new(&TreeOptions {
+        many_entries: 50,
+        ..TreeOptions::default()
+    });
+    let image = built.image("sub", &["-comp", "gzip"]);
+    let dest = built.scratch("sub");
+    extract_ok(&image, &dest, &["files/rand-4097", "xattr", "./one/"]);
+    let mut top: Vec<String> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["files", "one", "xattr"]);
+    let files: Vec<_> = std::fs::read_dir(dest.join("files")).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        std::fs::read(dest.join("files/rand-4097")).unwrap(),
+        std::fs::read(built.src.join("files/rand-4097")).unwrap()
+    );
+    // The selected directory is whole, with its records equal to the source's.
+    let expected = testkit::walk_disk(&built.src.join("xattr"));
+    let actual = testkit::walk_disk(&dest.join("xattr"));
+    if testkit::is_root() {
+        testkit::assert_records_eq(&expected, &actual, "extract of xattr/");
+    } else {
+        assert_eq!(expected.len(), actual.len());
+    }
+    // Missing paths and '..' are errors, and nothing is created for them.
+    let out = extract(&image, &built.scratch("missing"), &["no/such"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!built.scratch("missing").exists());
+    let out = extract(&image, &built.scratch("dotdot"), &["one/../.."]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn never_writes_through_symlinks_in_the_destination() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let built = Built::new(&TreeOptions {
+        many_entries: 10,
+        ..TreeOptions::default()
+    });
+    let image = built.image("safe", &["-comp", "zstd"]);
+    let outside = built.scratch("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("only"), b"precious").unwrap();
+    std::fs::write(outside.join("a"), b"precious").unwrap();
+    let dest = built.scratch("dest");
+    std::fs::create_dir(&dest).unwrap();
+    // A directory of the image, and a file of it, pre-placed as symlinks to the outside.
+    std::os::unix::fs::symlink(&outside, dest.join("one")).unwrap();
+    std::os::unix::fs::symlink(outside.join("a"), dest.join("a")).unwrap();
+
+    // Without -f, an existing destination is refused.
+    let out = extract(&image, &dest, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+
+    extract_ok(&image, &dest, &["-f"]);
+    assert_eq!(std::fs::read(outside.join("only")).unwrap(), b"precious");
+    assert_eq!(std::fs::read(outside.join("a")).unwrap(), b"precious");
+    let mut outside_names: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    outside_names.sort();
+    assert_eq!(outside_names, ["a", "only"]);
+    let one = std::fs::symlink_metadata(dest.join("one")).unwrap();
+    assert!(
+        one.is_dir(),
+        "the symlink in the way was replaced by a real directory"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("one/only")).unwrap(),
+        b"the only entry\n"
+    );
+    let a = std::fs::symlink_metadata(dest.join("a")).unwrap();
+    assert!(a.is_file());
+    assert_eq!(std::fs::read(dest.join("a")).unwrap(), b"A");
+
+    // A second forced extraction over the first gives the same tree.
+    let before = testkit::walk_disk(&dest);
+    extract_ok(&image, &dest, &["-f"]);
+    testkit::assert_records_eq(&before, &testkit::walk_disk(&dest), "re-extraction with -f");
+}

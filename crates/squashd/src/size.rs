@@ -6,16 +6,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected a number with an optional unit, like 512MiB"))?;
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("invalid size {text:?}: expected a number with an optional unit, like 512MiB")
+    })?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("invalid size {text:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512MiB)")),
+        _ => {
+            return Err(format!(
+                "invalid size {text:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512MiB)"
+            ))
+        }
     };
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("invalid size {text:?}: too large"))

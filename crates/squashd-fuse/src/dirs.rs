@@ -6,7 +6,7 @@
 //! read it. Positions 0 and 1 are "." and ".."; entry i is at i + 2, and the offset given with
 //! an entry is the position of the next one.
 
-use crate::attr::{errno, file_type, FOREVER};
+use crate::attr::{file_type, FOREVER};
 use crate::fs::{SquashFs, GENERATION};
 use fuser::{Errno, FileHandle, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use squashd_core::{DirEntry, Inode};
@@ -94,7 +94,7 @@ impl SquashFs {
         let entries: Arc<[DirEntry]> = self
             .image
             .read_dir(&dir.inode)
-            .map_err(|e| errno(&e))?
+            .map_err(|e| self.errno(&e))?
             .into();
         Ok(dir.entries.get_or_init(|| entries).clone())
     }

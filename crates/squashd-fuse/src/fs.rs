@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -45,6 +46,39 @@ pub struct SquashFs {
     /// Listings being read in several readdir calls without a handle, by node.
     pub(crate) listings: Mutex<HashMap<u64, Arc<[DirEntry]>>>,
     pub(crate) metadata_read_ahead: std::sync::Once,
+    pub(crate) probe: MountProbe,
+}
+
+/// Live figures of one mount, readable from outside the session (by a daemon's `status`).
+#[derive(Debug, Clone, Default)]
+pub struct MountProbe {
+    counters: Arc<MountCounters>,
+}
+
+#[derive(Debug, Default)]
+struct MountCounters {
+    open_handles: AtomicI64,
+    failed_requests: AtomicU64,
+}
+
+impl MountProbe {
+    /// Files and directories open through the mount now.
+    pub fn open_handles(&self) -> u64 {
+        self.counters.open_handles.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Requests answered with EIO because the image could not be read or is corrupt.
+    pub fn failed_requests(&self) -> u64 {
+        self.counters.failed_requests.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn opened(&self) {
+        self.counters.open_handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn closed(&self) {
+        self.counters.open_handles.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for SquashFs {
@@ -94,6 +128,7 @@ impl SquashFs {
             no_opendir: false,
             listings: Mutex::new(HashMap::new()),
             metadata_read_ahead: std::sync::Once::new(),
+            probe: MountProbe::default(),
             root,
             image,
         })
@@ -102,6 +137,18 @@ impl SquashFs {
     /// Number of open files and directories (for tests and status).
     pub fn open_handles(&self) -> usize {
         self.files.len() + self.dirs.len()
+    }
+
+    /// The errno for a library error, counting the requests that fail with EIO.
+    pub(crate) fn errno(&self, e: &squashd_core::Error) -> Errno {
+        let n = errno(e);
+        if n == Errno::EIO {
+            self.probe
+                .counters
+                .failed_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        n
     }
 
     pub(crate) fn touch(&self) {
@@ -116,11 +163,11 @@ impl SquashFs {
         }
         // The kernel names only nodes it was given; anything else is a stale handle.
         let id = self.nodes.id(node.0).ok_or(Errno::from_i32(libc::ESTALE))?;
-        self.image.inode(id).map_err(|e| errno(&e))
+        self.image.inode(id).map_err(|e| self.errno(&e))
     }
 
     pub(crate) fn load(&self, id: InodeId) -> Result<Inode> {
-        self.image.inode(id).map_err(|e| errno(&e))
+        self.image.inode(id).map_err(|e| self.errno(&e))
     }
 
     pub(crate) fn attr(&self, inode: &Inode) -> fuser::FileAttr {
@@ -140,7 +187,7 @@ impl SquashFs {
         match self.image.lookup(&dir, name.as_bytes()) {
             Ok(Some(entry)) => Ok(Some(self.attr(&self.load(entry.id)?))),
             Ok(None) => Ok(None),
-            Err(e) => Err(errno(&e)),
+            Err(e) => Err(self.errno(&e)),
         }
     }
 
@@ -163,7 +210,7 @@ impl SquashFs {
             // Within one block: reply straight from the cached block, no copy.
             let chunk = match reader.chunk(first) {
                 Ok(c) => c,
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(self.errno(&e)),
             };
             let within = (offset - first * bs) as usize;
             let n = (end - offset) as usize;
@@ -178,7 +225,7 @@ impl SquashFs {
         let mut buf = vec![0u8; (end - offset) as usize];
         match reader.read_at(offset, &mut buf) {
             Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.errno(&e)),
         }
     }
 
@@ -241,7 +288,7 @@ impl Filesystem for SquashFs {
         self.touch();
         match self
             .inode(ino)
-            .and_then(|i| self.image.read_link(&i).map_err(|e| errno(&e)))
+            .and_then(|i| self.image.read_link(&i).map_err(|e| self.errno(&e)))
         {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(e),
@@ -262,13 +309,14 @@ impl Filesystem for SquashFs {
         }
         match self.image.open_file(&inode) {
             Ok(reader) => {
+                self.probe.opened();
                 let fh = self.files.insert(OpenFile {
                     reader,
                     reading: ReadState::default(),
                 });
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.errno(&e)),
         }
     }
 
@@ -298,6 +346,7 @@ impl Filesystem for SquashFs {
         reply: ReplyEmpty,
     ) {
         self.files.remove(fh.0);
+        self.probe.closed();
         reply.ok();
     }
 
@@ -326,6 +375,7 @@ impl Filesystem for SquashFs {
         if !inode.is_dir() {
             return reply.error(Errno::ENOTDIR);
         }
+        self.probe.opened();
         let fh = self.dirs.insert(OpenDir {
             inode,
             entries: OnceLock::new(),
@@ -371,6 +421,7 @@ impl Filesystem for SquashFs {
         reply: ReplyEmpty,
     ) {
         self.dirs.remove(fh.0);
+        self.probe.closed();
         reply.ok();
     }
 
@@ -396,7 +447,7 @@ impl Filesystem for SquashFs {
         self.touch();
         let xattrs = match self
             .inode(ino)
-            .and_then(|i| self.image.xattrs(&i).map_err(|e| errno(&e)))
+            .and_then(|i| self.image.xattrs(&i).map_err(|e| self.errno(&e)))
         {
             Ok(x) => x,
             Err(e) => return reply.error(e),
@@ -411,7 +462,7 @@ impl Filesystem for SquashFs {
         self.touch();
         let xattrs = match self
             .inode(ino)
-            .and_then(|i| self.image.xattrs(&i).map_err(|e| errno(&e)))
+            .and_then(|i| self.image.xattrs(&i).map_err(|e| self.errno(&e)))
         {
             Ok(x) => x,
             Err(e) => return reply.error(e),

@@ -39,5 +39,5 @@ mod nodes;
 pub mod prefetch;
 mod session;
 
-pub use fs::SquashFs;
+pub use fs::{MountProbe, SquashFs};
 pub use session::{unmount, MountConfig, MountError, MountedImage, Unmounter};

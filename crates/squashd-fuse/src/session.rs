@@ -1,6 +1,6 @@
 //! Mounting: the kernel mount options, the worker threads, unmounting and the idle timer.
 
-use crate::fs::SquashFs;
+use crate::fs::{MountProbe, SquashFs};
 use fuser::{Config, MountOption, SessionACL};
 use squashd_core::Image;
 use std::ffi::CString;
@@ -118,6 +118,7 @@ pub struct MountedImage {
     mountpoint: PathBuf,
     activity: Option<Arc<Activity>>,
     idle_timeout: Option<Duration>,
+    probe: MountProbe,
 }
 
 impl std::fmt::Debug for MountedImage {
@@ -138,6 +139,7 @@ impl MountedImage {
         let activity = config.idle_timeout.map(|_| Arc::new(Activity::new()));
         let fs =
             SquashFs::new(image.clone(), config, activity.clone()).map_err(MountError::Image)?;
+        let probe = fs.probe.clone();
         let mountpoint = mountpoint
             .canonicalize()
             .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
@@ -177,6 +179,7 @@ impl MountedImage {
         let session = fuser::Session::new(fs, &mountpoint, &fuse_config)
             .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
         Ok(MountedImage {
+            probe,
             session,
             mountpoint,
             activity,
@@ -187,6 +190,11 @@ impl MountedImage {
     /// The (canonical) mount point.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Live figures of the mount (open handles, failed requests), valid after `run` starts.
+    pub fn probe(&self) -> MountProbe {
+        self.probe.clone()
     }
 
     /// A handle that unmounts this file system from any thread (e.g. a signal handler's).

@@ -62,7 +62,7 @@ type Inner<V> = Cache<BlockKey, V, ByteWeighter, DefaultHashBuilder, DefaultLife
 pub struct BlockCache<V: CacheValue> {
     cache: Option<Inner<V>>,
     counters: CacheCounters,
-    /// Values dropped by `clear`, so they are not mistaken for evictions.
+    /// Values dropped by `clear` or `forget_image`, so they are not mistaken for evictions.
     cleared: AtomicU64,
     capacity: u64,
 }
@@ -189,6 +189,16 @@ impl<V: CacheValue> BlockCache<V> {
         stats
     }
 
+    /// Drops every value of image `image` (when it is closed: its blocks would only take room).
+    pub fn forget_image(&self, image: u32) {
+        if let Some(c) = &self.cache {
+            let before = c.len();
+            c.retain(|key, _| key.image != image);
+            let gone = before.saturating_sub(c.len()) as u64;
+            self.cleared.fetch_add(gone, Ordering::Relaxed);
+        }
+    }
+
     /// Drops every cached value (counters are kept).
     pub fn clear(&self) {
         if let Some(c) = &self.cache {
@@ -272,6 +282,24 @@ mod tests {
         let own = mine.snapshot(0, 0, 0);
         assert_eq!((total.loads, total.misses, total.hits), (1, 1, 15));
         assert_eq!((own.loads, own.misses, own.hits), (1, 1, 15));
+    }
+
+    #[test]
+    fn forgetting_an_image_drops_only_its_blocks() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
+        for image in [1, 2] {
+            for pos in 0..10 {
+                let k = BlockKey { image, pos };
+                cache
+                    .get_or_load(k, None, || Ok::<_, ()>(block(100)))
+                    .unwrap();
+            }
+        }
+        cache.forget_image(1);
+        let s = cache.stats();
+        assert_eq!((s.entries, s.evictions), (10, 0), "{s:?}");
+        assert!(cache.peek(&BlockKey { image: 2, pos: 3 }).is_some());
+        assert!(cache.peek(&BlockKey { image: 1, pos: 3 }).is_none());
     }
 
     #[test]

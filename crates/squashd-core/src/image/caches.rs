@@ -71,6 +71,13 @@ impl Caches {
         s.metadata.resident_bytes + s.data.resident_bytes + s.compressed.resident_bytes
     }
 
+    /// Drops the blocks of one image from every tier.
+    pub(crate) fn forget_image(&self, image: u32) {
+        self.metadata.forget_image(image);
+        self.data.forget_image(image);
+        self.compressed.forget_image(image);
+    }
+
     /// Drops every cached block of every tier (counters are kept).
     pub fn clear(&self) {
         self.metadata.clear();

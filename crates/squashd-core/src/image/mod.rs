@@ -87,6 +87,15 @@ pub(crate) struct ImageInner {
     xattr_table: OnceLock<tables::XattrTable>,
 }
 
+impl Drop for ImageInner {
+    /// A closed image's blocks would only crowd the others out of shared caches.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.caches) > 1 {
+            self.caches.forget_image(self.cache_id);
+        }
+    }
+}
+
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Image")
@@ -158,10 +167,8 @@ impl Image {
         inner.read_raw(0, &mut raw)?;
         let superblock =
             Superblock::parse(&raw, image_len).map_err(|e| inner.format_error(0, e))?;
-        let mut inner = ImageInner {
-            superblock,
-            ..inner
-        };
+        let mut inner = inner;
+        inner.superblock = superblock;
         if inner.superblock.flags.has(Flags::COMPRESSOR_OPTIONS) {
             let block = inner.metadata_block(SUPERBLOCK_SIZE as u64)?;
             let options = CompressorOptions::parse(inner.superblock.compressor, &block.data)

@@ -6,7 +6,7 @@ use super::protocol::{ImageStatus, Status, Tier, TierSet};
 use crate::mount::parse_options;
 use anyhow::{bail, Context};
 use squashd_core::{CacheStats, Caches, Image, ImageStats};
-use squashd_fuse::{MountedImage, Unmounter};
+use squashd_fuse::{MountProbe, MountedImage, Unmounter};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,7 @@ struct Attached {
     options: Vec<String>,
     image: Image,
     unmounter: Unmounter,
+    probe: MountProbe,
     worker: JoinHandle<()>,
     since: Instant,
     private_cache: bool,
@@ -103,6 +104,7 @@ impl Registry {
         let opened = Image::open(&image_path, &parsed.open)?;
         let mounted = MountedImage::mount(opened.clone(), &mountpoint, &parsed.mount)?;
         let unmounter = mounted.unmounter();
+        let probe = mounted.probe();
         let name = format!("serve {}", mountpoint.display());
         let where_ = mountpoint.clone();
         let worker = std::thread::Builder::new().name(name).spawn(move || {
@@ -119,6 +121,7 @@ impl Registry {
             options: options.to_vec(),
             image: opened,
             unmounter,
+            probe,
             worker,
             since: Instant::now(),
             private_cache,
@@ -233,14 +236,17 @@ fn image_status(mountpoint: &Path, a: &Attached) -> ImageStatus {
     let stats = a.image.stats();
     let sb = a.image.superblock();
     let needed = a.image.offset() + sb.bytes_used;
-    let errors =
+    let failed_loads =
         stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
+    let errors = a.probe.failed_requests();
     let health = match std::fs::metadata(&a.image_path) {
         Err(_) => "image file deleted (still served from the open file)".to_string(),
         Ok(m) if m.len() < needed => {
             format!("image file truncated to {} of {needed} bytes", m.len())
         }
-        Ok(_) if errors > 0 => format!("{errors} failed reads"),
+        Ok(_) if errors > 0 || failed_loads > 0 => {
+            format!("{errors} requests failed with EIO, {failed_loads} block reads failed")
+        }
         Ok(_) => "ok".to_string(),
     };
     ImageStatus {
@@ -250,7 +256,7 @@ fn image_status(mountpoint: &Path, a: &Attached) -> ImageStatus {
         health,
         size_bytes: sb.bytes_used,
         inodes: sb.inode_count,
-        open_handles: 0,
+        open_handles: a.probe.open_handles(),
         errors,
         bytes_read: stats.bytes_read,
         private_cache: a.private_cache,

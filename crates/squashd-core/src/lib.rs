@@ -33,6 +33,6 @@ pub use format::compressor_options::CompressorOptions;
 pub use format::inode::FileKind;
 pub use format::superblock::{Compressor, Flags, Superblock};
 pub use image::{
-    CacheBudgets, Caches, Chunk, DirEntry, FileReader, Image, ImageStats, Inode, InodeId,
-    OpenOptions, Xattr,
+    CacheBudgets, Caches, Chunk, ChunkRead, DirEntry, FileReader, Image, ImageStats, Inode,
+    InodeId, OpenOptions, Xattr,
 };

@@ -160,6 +160,17 @@ impl<V: CacheValue> BlockCache<V> {
         result
     }
 
+    /// Counts a load made outside the cache (a block read once and not kept): a miss and a load,
+    /// which [`BlockCache::stats`] then shows as a value loaded and not held.
+    pub fn count_uncached_load(&self, also: Option<&CacheCounters>, bytes: u64) {
+        for c in std::iter::once(&self.counters).chain(also) {
+            let s = c.mine();
+            s.misses.fetch_add(1, Ordering::Relaxed);
+            s.loads.fetch_add(1, Ordering::Relaxed);
+            s.loaded_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Whether the cache has a budget (a zero budget disables it).
     pub fn is_enabled(&self) -> bool {
         self.cache.is_some()

@@ -150,17 +150,7 @@ impl FileReader {
     pub fn chunk(&self, index: u64) -> Result<Chunk> {
         let inner = &self.image.inner;
         let bs = self.block_size() as u64;
-        let start = index.saturating_mul(bs);
-        if start >= self.body.file_size {
-            return Err(Error::InvalidInput {
-                image: inner.name.clone(),
-                what: format!(
-                    "inode {}: chunk {index} is past the end of the file",
-                    self.number
-                ),
-            });
-        }
-        let len = (self.body.file_size - start).min(bs) as usize;
+        let len = self.chunk_len(index)?;
         if let Some(block) = self.blocks.get(index) {
             let Some(&StoredBlock {
                 start: pos, size, ..
@@ -215,6 +205,55 @@ impl FileReader {
         })
     }
 
+    /// Length of chunk `index`, or an error past the end of the file.
+    fn chunk_len(&self, index: u64) -> Result<usize> {
+        let bs = self.block_size() as u64;
+        let start = index.saturating_mul(bs);
+        if start >= self.body.file_size {
+            return Err(Error::InvalidInput {
+                image: self.image.inner.name.clone(),
+                what: format!(
+                    "inode {}: chunk {index} is past the end of the file",
+                    self.number
+                ),
+            });
+        }
+        Ok((self.body.file_size - start).min(bs) as usize)
+    }
+
+    /// Reads chunk `index` into `buf` for a reader that reads the file once, front to back
+    /// (extraction, `cat`): a data block is decompressed straight into `buf` and not kept in
+    /// the data cache, so a stream of blocks neither allocates per block nor evicts what other
+    /// readers use. The tail end still comes through the cache: its fragment block is shared
+    /// with other files.
+    pub fn read_chunk_into(&self, index: u64, buf: &mut Vec<u8>) -> Result<ChunkRead> {
+        let inner = &self.image.inner;
+        let len = self.chunk_len(index)?;
+        match self.blocks.get(index) {
+            Some(None) => Ok(ChunkRead::Hole(len)),
+            Some(Some(block)) => {
+                inner.data_block_into(block.start, block.size, self.block_size() as usize, buf)?;
+                if buf.len() != len {
+                    return Err(inner.corrupt(
+                        block.start,
+                        format!(
+                            "inode {}: block {index} holds {} bytes, expected {len}",
+                            self.number,
+                            buf.len()
+                        ),
+                    ));
+                }
+                Ok(ChunkRead::Data)
+            }
+            None => {
+                let chunk = self.chunk(index)?;
+                buf.clear();
+                buf.extend_from_slice(chunk.bytes());
+                Ok(ChunkRead::Data)
+            }
+        }
+    }
+
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let size = self.body.file_size;
@@ -237,6 +276,15 @@ impl FileReader {
         }
         Ok((end - offset) as usize)
     }
+}
+
+/// What [`FileReader::read_chunk_into`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkRead {
+    /// A hole of this many zero bytes; the buffer was left as it was.
+    Hole(usize),
+    /// The chunk's bytes are the whole buffer.
+    Data,
 }
 
 /// A block-sized piece of a file.

@@ -14,7 +14,7 @@ mod xattr;
 
 pub use caches::{CacheBudgets, Caches};
 pub use dir::DirEntry;
-pub use file::{Chunk, FileReader};
+pub use file::{Chunk, ChunkRead, FileReader};
 pub use inode::{Inode, InodeId};
 pub use xattr::Xattr;
 
@@ -458,43 +458,92 @@ impl ImageInner {
         self.caches
             .data
             .get_or_load(key, Some(&self.counters.data), || {
-                let stored = size.stored_size as usize;
-                if !size.compressed && stored > max_len {
-                    return Err(self.corrupt(
-                        pos,
-                        format!("uncompressed block of {stored} bytes exceeds {max_len}"),
-                    ));
-                }
-                if stored > self.superblock.block_size as usize + 4096 {
-                    return Err(self.corrupt(
-                        pos,
-                        format!("data block stored in {stored} bytes, more than a block"),
-                    ));
-                }
-                let read = || {
-                    let mut raw = vec![0u8; stored];
-                    self.read_at(pos, &mut raw)?;
-                    Ok::<Arc<[u8]>, Error>(raw.into())
-                };
-                // A disabled compressed tier is not consulted (nor counted): reads go straight
-                // to the image.
-                let raw = if self.caches.compressed.is_enabled() {
-                    self.caches.compressed.get_or_load(
-                        key,
-                        Some(&self.counters.compressed),
-                        read,
-                    )?
-                } else {
-                    read()?
-                };
+                let raw = self.stored_block(pos, size, max_len)?;
                 if !size.compressed {
                     return Ok(raw);
                 }
-                let mut out = vec![0u8; max_len];
-                let n = decompress(self.superblock.compressor, &raw, &mut out)
-                    .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
-                out.truncate(n);
+                let mut out = Vec::new();
+                self.decompress_block(pos, &raw, max_len, &mut out)?;
                 Ok(out.into())
             })
+    }
+
+    /// Decompresses the data block at `pos` into `out` without caching it (its bytes are
+    /// `out[..]` afterwards), for readers that will not come back for it: no allocation once
+    /// `out` has grown to a block, no copy into the cache, no eviction of blocks others need.
+    /// A block already in the data cache is copied from there.
+    pub(crate) fn data_block_into(
+        &self,
+        pos: u64,
+        size: DataBlockSize,
+        max_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        if let Some(cached) = self.caches.data.peek(&self.key(pos)) {
+            out.clear();
+            out.extend_from_slice(&cached);
+            return Ok(());
+        }
+        let raw = self.stored_block(pos, size, max_len)?;
+        if size.compressed {
+            self.decompress_block(pos, &raw, max_len, out)?;
+        } else {
+            out.clear();
+            out.extend_from_slice(&raw);
+        }
+        self.caches
+            .data
+            .count_uncached_load(Some(&self.counters.data), out.len() as u64);
+        Ok(())
+    }
+
+    /// The stored (possibly compressed) bytes of the data block at `pos`, through the compressed
+    /// tier when it has a budget.
+    fn stored_block(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<Arc<[u8]>> {
+        let stored = size.stored_size as usize;
+        if !size.compressed && stored > max_len {
+            return Err(self.corrupt(
+                pos,
+                format!("uncompressed block of {stored} bytes exceeds {max_len}"),
+            ));
+        }
+        if stored > self.superblock.block_size as usize + 4096 {
+            return Err(self.corrupt(
+                pos,
+                format!("data block stored in {stored} bytes, more than a block"),
+            ));
+        }
+        let read = || {
+            let mut raw = vec![0u8; stored];
+            self.read_at(pos, &mut raw)?;
+            Ok::<Arc<[u8]>, Error>(raw.into())
+        };
+        // A disabled compressed tier is not consulted (nor counted): reads go straight to the
+        // image.
+        if self.caches.compressed.is_enabled() {
+            let key = self.key(pos);
+            self.caches
+                .compressed
+                .get_or_load(key, Some(&self.counters.compressed), read)
+        } else {
+            read()
+        }
+    }
+
+    /// Decompresses `raw` (the block at `pos`) into `out`, which ends up holding exactly the
+    /// decompressed bytes; at most `max_len` of them.
+    fn decompress_block(
+        &self,
+        pos: u64,
+        raw: &[u8],
+        max_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        // Growing zero-fills once; a reused buffer is not zeroed again.
+        out.resize(max_len, 0);
+        let n = decompress(self.superblock.compressor, raw, &mut out[..max_len])
+            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
+        out.truncate(n);
+        Ok(())
     }
 }

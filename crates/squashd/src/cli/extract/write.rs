@@ -11,7 +11,7 @@ use super::plan::Job;
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
-use squashd_core::{Chunk, FileKind, Image, Inode};
+use squashd_core::{ChunkRead, FileKind, Image, Inode};
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, FileTimes, OpenOptions};
 use std::io;
@@ -130,13 +130,21 @@ impl Writer<'_> {
         let write_range = |first: u64, end: u64| -> anyhow::Result<bool> {
             let mut pending = PendingWrite::new(&file, first * bs);
             let mut holes = false;
-            for i in first..end {
-                let chunk = reader.chunk(i)?;
-                holes |= chunk.is_hole();
-                pending
-                    .add(i * bs, &chunk, i + 1 == end)
-                    .map_err(|e| io_context(e, "cannot write", path))?;
-            }
+            // Each block is read once: decompress it into this thread's buffer, not the cache.
+            BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
+                let mut block = block.borrow_mut();
+                for i in first..end {
+                    let written = match reader.read_chunk_into(i, &mut block)? {
+                        ChunkRead::Hole(len) => {
+                            holes = true;
+                            pending.skip(i * bs + len as u64)
+                        }
+                        ChunkRead::Data => pending.add(i * bs, &block, i + 1 == end),
+                    };
+                    written.map_err(|e| io_context(e, "cannot write", path))?;
+                }
+                Ok(())
+            })?;
             pending
                 .flush()
                 .map_err(|e| io_context(e, "cannot write", path))?;
@@ -322,6 +330,11 @@ fn cstring(path: &Path) -> anyhow::Result<CString> {
         .map_err(|_| anyhow!("{}: path contains a NUL byte", path.display()))
 }
 
+thread_local! {
+    /// One decompressed block per writer thread, reused for every block it writes.
+    static BLOCK_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Consecutive data gathered into one buffer and written with one pwrite; holes are skipped
 /// (the file is sized at the end), so they stay unallocated.
 struct PendingWrite<'f> {
@@ -339,14 +352,15 @@ impl<'f> PendingWrite<'f> {
         }
     }
 
-    /// Adds chunk at `offset`; `last` says no more follow (so a lone chunk is not copied).
-    fn add(&mut self, offset: u64, chunk: &Chunk, last: bool) -> io::Result<()> {
-        if chunk.is_hole() {
-            self.flush()?;
-            self.at = offset + chunk.len() as u64;
-            return Ok(());
-        }
-        let bytes = chunk.bytes();
+    /// A hole up to `end`: what is gathered is written, and the next bytes go at `end`.
+    fn skip(&mut self, end: u64) -> io::Result<()> {
+        self.flush()?;
+        self.at = end;
+        Ok(())
+    }
+
+    /// Adds `bytes` at `offset`; `last` says no more follow (so a lone chunk is not copied).
+    fn add(&mut self, offset: u64, bytes: &[u8], last: bool) -> io::Result<()> {
         if self.buf.is_empty() && (last || bytes.len() >= WRITE_BUFFER / 2) {
             // Large blocks, and lone ones, go straight from the cache: no copy.
             self.file.write_all_at(bytes, offset)?;

@@ -1,6 +1,6 @@
 //! `squashd walk`: the in-process parallel walk the benchmark suite (bench/) times.
 //!
-//! N threads each walk the whole tree (read_dir of every directory and the inode of every entry,
+//! N threads each walk the whole tree (read_dir_plus: every directory listed with the inodes of its entries,
 //! no lookups; with `--read` every file's contents too), all released together by a barrier and
 //! timed until the last one ends. The image's own counters are printed beside the time:
 //! decompressions of metadata blocks against the number of distinct blocks, hit ratios, time
@@ -186,8 +186,7 @@ fn walk_tree(image: &Image, read: bool) -> anyhow::Result<WalkCount> {
     let mut buf = vec![0u8; image.superblock().block_size as usize];
     let mut stack: Vec<Inode> = vec![image.root()?];
     while let Some(dir) = stack.pop() {
-        for entry in image.read_dir(&dir)? {
-            let inode = image.inode(entry.id)?;
+        for (_, inode) in image.read_dir_plus(&dir)? {
             count.entries += 1;
             match inode.kind {
                 FileKind::Directory => {

@@ -5,6 +5,7 @@ use crate::attr::{errno, file_attr, negative_attr, Owner, FOREVER};
 use crate::dirs::OpenDir;
 use crate::handles::HandleTable;
 use crate::nodes::NodeMap;
+use crate::page_store::PageStore;
 use crate::prefetch::{Prefetcher, ReadState};
 use crate::session::{Activity, MountConfig};
 use fuser::{
@@ -47,6 +48,8 @@ pub struct SquashFs {
     pub(crate) listings: Mutex<HashMap<u64, Arc<[DirEntry]>>>,
     pub(crate) metadata_read_ahead: std::sync::Once,
     pub(crate) probe: MountProbe,
+    /// Hands whole blocks of small reads to the kernel's page cache.
+    pub(crate) page_store: PageStore,
 }
 
 /// Live figures of one mount, readable from outside the session (by a daemon's `status`).
@@ -129,6 +132,7 @@ impl SquashFs {
             listings: Mutex::new(HashMap::new()),
             metadata_read_ahead: std::sync::Once::new(),
             probe: MountProbe::default(),
+            page_store: PageStore::new(),
             root,
             image,
         })
@@ -191,7 +195,7 @@ impl SquashFs {
         }
     }
 
-    fn do_read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+    fn do_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
         let Some(file) = self.files.get(fh.0) else {
             return reply.error(Errno::EBADF);
         };
@@ -214,13 +218,18 @@ impl SquashFs {
             };
             let within = (offset - first * bs) as usize;
             let n = (end - offset) as usize;
-            return match &chunk {
+            match &chunk {
                 Chunk::Zeros(_) => reply.data(&vec![0; n]),
                 Chunk::Data { .. } => match chunk.bytes().get(within..within + n) {
                     Some(bytes) => reply.data(bytes),
-                    None => reply.error(Errno::EIO),
+                    None => return reply.error(Errno::EIO),
                 },
             };
+            if n < chunk.len() {
+                // A small read: give the kernel the rest of the block too.
+                self.page_store.offer(ino, first * bs, chunk);
+            }
+            return;
         }
         let mut buf = vec![0u8; (end - offset) as usize];
         match reader.read_at(offset, &mut buf) {
@@ -323,7 +332,7 @@ impl Filesystem for SquashFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -332,7 +341,7 @@ impl Filesystem for SquashFs {
         reply: ReplyData,
     ) {
         self.touch();
-        self.do_read(fh, offset, size, reply);
+        self.do_read(ino, fh, offset, size, reply);
     }
 
     fn release(

@@ -36,6 +36,7 @@ mod dirs;
 mod fs;
 mod handles;
 mod nodes;
+mod page_store;
 pub mod prefetch;
 mod session;
 

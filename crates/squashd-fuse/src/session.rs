@@ -140,6 +140,7 @@ impl MountedImage {
         let fs =
             SquashFs::new(image.clone(), config, activity.clone()).map_err(MountError::Image)?;
         let probe = fs.probe.clone();
+        let notifier_slot = fs.page_store.notifier_slot();
         let mountpoint = mountpoint
             .canonicalize()
             .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
@@ -178,6 +179,7 @@ impl MountedImage {
         fuse_config.clone_fd = true;
         let session = fuser::Session::new(fs, &mountpoint, &fuse_config)
             .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
+        let _ = notifier_slot.set(session.notifier());
         Ok(MountedImage {
             probe,
             session,

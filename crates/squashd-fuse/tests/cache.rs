@@ -1,6 +1,7 @@
-//! The adapter in-process, on an image made by the real mksquashfs: random 4 KiB readers are
-//! served from the decompressed-block cache (one decompression per block, not per 4 KiB), and
-//! sequential readers get blocks decompressed ahead of them. Needs root and /dev/fuse.
+//! The adapter in-process, on an image made by the real mksquashfs: random 4 KiB readers cost
+//! one decompression and about one request per block (the block goes to the kernel's page
+//! cache), and sequential readers get blocks decompressed ahead of them. Needs root and
+//! /dev/fuse.
 
 use squashd_core::{Image, OpenOptions};
 use squashd_fuse::{MountConfig, MountedImage};
@@ -68,7 +69,14 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
         loads <= 32,
         "{loads} decompressions for 32 blocks read 4 KiB at a time"
     );
-    assert!(after.hits - before.hits >= (pages - 32) as u64);
+    // The first small read of a block hands the whole block to the kernel's page cache (in
+    // the background), so later reads of it are page-cache hits that never reach the daemon:
+    // about one request per block, not one per page.
+    let requests = (after.hits + after.misses) - (before.hits + before.misses);
+    assert!(
+        (32..=128).contains(&requests),
+        "{requests} requests reached the daemon for {pages} reads of 32 blocks"
+    );
     drop(file);
 
     // A sequential reader: read-ahead threads load blocks before the reader asks for them,

@@ -146,8 +146,8 @@ def _e4_md(e4):
         rows(ex["rows"], "unsquashfs -d", "squashd extract -d", key)
     out.append("")
     if e4["walk"]:
-        out += ["`squashd walk usr --threads N --warmup`: N threads each walk the whole tree (read_dir + inode of "
-                "every entry), page cache warm, squashd's caches cold.", "",
+        out += ["`squashd walk usr --threads N --warmup`: N threads each walk the whole tree (read_dir_plus: every "
+                "directory listed with the inodes of its entries), page cache warm, squashd's caches cold.", "",
                 "| N | wall time | walks/s | metadata decompressions per block | hit ratio | wait time |",
                 "|---|---|---|---|---|---|"]
         for n, runs in e4["walk"].items():

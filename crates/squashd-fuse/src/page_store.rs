@@ -9,7 +9,9 @@
 use crossbeam_channel::{Sender, TrySendError};
 use fuser::{INodeNo, Notifier};
 use squashd_core::Chunk;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 /// Blocks waiting to be stored; beyond this, offers are dropped (storing is an optimisation).
 const QUEUE: usize = 64;
@@ -24,29 +26,48 @@ struct Job {
 pub(crate) struct PageStore {
     /// Made on first use: a background mount forks after the file system is built, and a
     /// thread started before the fork would not exist in the daemon.
-    tx: OnceLock<Option<Sender<Job>>>,
+    worker: OnceLock<Option<(Sender<Job>, JoinHandle<()>)>>,
     notifier: Arc<OnceLock<Notifier>>,
+    /// Set when the file system goes away: queued stores are dropped, not sent.
+    closing: Arc<AtomicBool>,
+}
+
+impl Drop for PageStore {
+    /// Stops the store thread and waits for it: the session's /dev/fuse descriptor is closed
+    /// once the session is over, and no store may be sent through that number afterwards.
+    fn drop(&mut self) {
+        if let Some(Some((tx, thread))) = self.worker.take() {
+            self.closing.store(true, Ordering::Relaxed);
+            drop(tx);
+            let _ = thread.join();
+        }
+    }
 }
 
 impl PageStore {
     pub(crate) fn new() -> Self {
         PageStore {
-            tx: OnceLock::new(),
+            worker: OnceLock::new(),
             notifier: Arc::new(OnceLock::new()),
+            closing: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// The queue, starting the store thread the first time. It ends when the `PageStore` is
-    /// dropped (the queue's sender with it).
+    /// The queue, starting the store thread the first time. The thread ends when the
+    /// `PageStore` is dropped.
     fn queue(&self) -> Option<&Sender<Job>> {
-        self.tx
+        self.worker
             .get_or_init(|| {
                 let (tx, rx) = crossbeam_channel::bounded::<Job>(QUEUE);
                 let slot = self.notifier.clone();
+                let closing = self.closing.clone();
                 std::thread::Builder::new()
                     .name("page-store".into())
                     .spawn(move || {
                         for job in rx {
+                            if closing.load(Ordering::Relaxed) {
+                                break;
+                            }
                             if let Some(n) = slot.get() {
                                 // Best effort: the kernel may have dropped the inode meanwhile.
                                 let _ = n.store(job.ino, job.offset, job.chunk.bytes());
@@ -54,9 +75,10 @@ impl PageStore {
                         }
                     })
                     .ok()
-                    .map(|_| tx)
+                    .map(|thread| (tx, thread))
             })
             .as_ref()
+            .map(|(tx, _)| tx)
     }
 
     /// Where to put the session's notifier once it exists: the session is made after (and

@@ -13,6 +13,9 @@ pub trait Source: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()>;
     /// Current length of the underlying file in bytes.
     fn len(&self) -> std::io::Result<u64>;
+    /// Hints that bytes `pos..pos + len` will be read soon, so the source may fetch them in the
+    /// background. The default does nothing.
+    fn will_need(&self, _pos: u64, _len: u64) {}
     /// Whether the source is empty.
     fn is_empty(&self) -> std::io::Result<bool> {
         Ok(self.len()? == 0)
@@ -58,6 +61,16 @@ impl Source for FileSource {
 
     fn len(&self) -> std::io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn will_need(&self, pos: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(pos), Ok(len)) = (libc::off_t::try_from(pos), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: fadvise reads only its integer arguments; the descriptor is owned by
+        // `self.file` and open for the call. A failure only means no read-ahead.
+        unsafe { libc::posix_fadvise(self.file.as_raw_fd(), pos, len, libc::POSIX_FADV_WILLNEED) };
     }
 }
 

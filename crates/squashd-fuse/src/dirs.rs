@@ -59,7 +59,7 @@ impl SquashFs {
     pub(crate) fn dir_request(&self) {
         self.touch();
         self.metadata_read_ahead
-            .call_once(|| crate::session::read_ahead_metadata(&self.image));
+            .call_once(|| self.image.read_ahead_metadata());
     }
 
     fn lock_listings(&self) -> MutexGuard<'_, HashMap<u64, Arc<[DirEntry]>>> {

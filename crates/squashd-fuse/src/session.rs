@@ -250,30 +250,6 @@ impl MountedImage {
     }
 }
 
-/// Asks the kernel (at the first directory request, so after any cache drop that followed the
-/// mount) to read the image's metadata (inode and directory tables, at its end) into
-/// the page cache in the background: a cold walk then reads it in a few large sequential
-/// reads instead of thousands of 8 KiB ones as it goes. It is a small part of an image (a few
-/// MB for a /usr of 150k files), and the page cache may drop it under pressure.
-pub(crate) fn read_ahead_metadata(image: &Image) {
-    let Ok(file) = std::fs::File::open(image.name()) else {
-        return;
-    };
-    let sb = image.superblock();
-    let start = image.offset() + sb.inode_table_start.min(sb.bytes_used);
-    let len = sb.bytes_used.saturating_sub(sb.inode_table_start);
-    use std::os::fd::AsRawFd;
-    // SAFETY: fadvise only reads its integer arguments; `file` is open for the call.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            start as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_WILLNEED,
-        )
-    };
-}
-
 fn idle_timer(
     activity: Arc<Activity>,
     timeout: Duration,

@@ -3,7 +3,7 @@
 
 use squashd_core::FileKind;
 use std::collections::HashMap;
-use std::ffi::{CStr, OsStr};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::RwLock;
 
@@ -105,57 +105,16 @@ impl OwnerNames {
     }
 }
 
+/// The local user database's name for `uid` (nix wraps getpwuid_r and its buffer sizing).
 fn user_name(uid: u32) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: pwd and result are written by getpwuid_r, which reads and writes only within
-        // `buf` (of the length passed); the name is copied out before `buf` is dropped.
-        unsafe {
-            let mut pwd: libc::passwd = std::mem::zeroed();
-            let mut result: *mut libc::passwd = std::ptr::null_mut();
-            let rc = libc::getpwuid_r(
-                uid,
-                &mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            );
-            if rc == libc::ERANGE && buf.len() < 1 << 20 {
-                buf.resize(buf.len() * 2, 0);
-                continue;
-            }
-            if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-                return None;
-            }
-            return Some(CStr::from_ptr(pwd.pw_name).to_bytes().to_vec());
-        }
-    }
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
+    Some(user.name.into_bytes())
 }
 
+/// The local group database's name for `gid`.
 fn group_name(gid: u32) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: as in user_name, for getgrgid_r.
-        unsafe {
-            let mut grp: libc::group = std::mem::zeroed();
-            let mut result: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrgid_r(
-                gid,
-                &mut grp,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            );
-            if rc == libc::ERANGE && buf.len() < 1 << 20 {
-                buf.resize(buf.len() * 2, 0);
-                continue;
-            }
-            if rc != 0 || result.is_null() || grp.gr_name.is_null() {
-                return None;
-            }
-            return Some(CStr::from_ptr(grp.gr_name).to_bytes().to_vec());
-        }
-    }
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)).ok()??;
+    Some(group.name.into_bytes())
 }
 
 /// Broken-down local time of `secs` since the epoch.

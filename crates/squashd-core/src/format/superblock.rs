@@ -183,12 +183,17 @@ impl Superblock {
         let id_count = r.u16()?;
         let version_major = r.u16()?;
         let version_minor = r.u16()?;
+        if (version_major, version_minor) != (4, 0) {
+            return Err(FormatError::Unsupported(format!(
+                "SquashFS version {version_major}.{version_minor} (only 4.0 is supported)"
+            )));
+        }
         let sb = Superblock {
             inode_count,
             modification_time,
             block_size,
             fragment_count,
-            compressor: Compressor::Xz, // replaced below once the version is known to be 4.0
+            compressor: Compressor::from_id(compressor_id)?,
             block_log,
             flags,
             id_count,
@@ -202,15 +207,6 @@ impl Superblock {
             directory_table_start: r.u64()?,
             fragment_table_start: r.u64()?,
             export_table_start: r.u64()?,
-        };
-        if (version_major, version_minor) != (4, 0) {
-            return Err(FormatError::Unsupported(format!(
-                "SquashFS version {version_major}.{version_minor} (only 4.0 is supported)"
-            )));
-        }
-        let sb = Superblock {
-            compressor: Compressor::from_id(compressor_id)?,
-            ..sb
         };
         sb.check(image_len)?;
         Ok(sb)

@@ -141,34 +141,41 @@ impl Image {
             .caches
             .clone()
             .unwrap_or_else(|| Arc::new(Caches::new(&options.budgets)));
+        // The superblock comes first: everything else is sized and checked against it.
+        if image_len < SUPERBLOCK_SIZE as u64 {
+            return Err(Error::Corrupt {
+                image: name.clone(),
+                offset: options.offset,
+                what: format!("{image_len} bytes is too small for a SquashFS image"),
+            });
+        }
         let mut raw = [0u8; SUPERBLOCK_SIZE];
-        let inner = ImageInner {
-            name: name.clone(),
+        source
+            .read_exact_at(&mut raw, options.offset)
+            .map_err(|source| Error::Io {
+                image: name.clone(),
+                offset: options.offset,
+                len: SUPERBLOCK_SIZE,
+                source,
+            })?;
+        let superblock = Superblock::parse(&raw, image_len)
+            .map_err(|e| format_error(&name, options.offset, e))?;
+        let mut inner = ImageInner {
+            name,
             source,
             offset: options.offset,
-            superblock: placeholder_superblock(),
+            superblock,
             compressor_options: None,
             cache_id: next_image_id(),
             caches,
-            bytes_read: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(SUPERBLOCK_SIZE as u64),
+            reads: AtomicU64::new(1),
             counters: ImageCounters::default(),
             ids: OnceLock::new(),
             fragment_index: OnceLock::new(),
             export_index: OnceLock::new(),
             xattr_table: OnceLock::new(),
         };
-        if image_len < SUPERBLOCK_SIZE as u64 {
-            return Err(inner.corrupt(
-                0,
-                format!("{image_len} bytes is too small for a SquashFS image"),
-            ));
-        }
-        inner.read_raw(0, &mut raw)?;
-        let superblock =
-            Superblock::parse(&raw, image_len).map_err(|e| inner.format_error(0, e))?;
-        let mut inner = inner;
-        inner.superblock = superblock;
         if inner.superblock.flags.has(Flags::COMPRESSOR_OPTIONS) {
             let block = inner.metadata_block(SUPERBLOCK_SIZE as u64)?;
             let options = CompressorOptions::parse(inner.superblock.compressor, &block.data)
@@ -326,31 +333,18 @@ impl Image {
     }
 }
 
-fn placeholder_superblock() -> Superblock {
-    use crate::format::superblock::Compressor;
-    use crate::format::MetadataRef;
-    Superblock {
-        inode_count: 0,
-        modification_time: 0,
-        block_size: 0,
-        fragment_count: 0,
-        compressor: Compressor::Gzip,
-        block_log: 0,
-        flags: Flags(0),
-        id_count: 0,
-        version_major: 0,
-        version_minor: 0,
-        root_inode: MetadataRef {
-            block: 0,
-            offset: 0,
+/// The error for a structure at absolute position `offset` of image `name` that failed to parse.
+fn format_error(name: &Arc<str>, offset: u64, e: FormatError) -> Error {
+    match e {
+        FormatError::Unsupported(what) => Error::Unsupported {
+            image: name.clone(),
+            what,
         },
-        bytes_used: SUPERBLOCK_SIZE as u64,
-        id_table_start: 0,
-        xattr_id_table_start: 0,
-        inode_table_start: 0,
-        directory_table_start: 0,
-        fragment_table_start: 0,
-        export_table_start: 0,
+        other => Error::Corrupt {
+            image: name.clone(),
+            offset,
+            what: other.to_string(),
+        },
     }
 }
 
@@ -377,13 +371,7 @@ impl ImageInner {
     }
 
     pub(crate) fn format_error(&self, offset: u64, e: FormatError) -> Error {
-        match e {
-            FormatError::Unsupported(what) => Error::Unsupported {
-                image: self.name.clone(),
-                what,
-            },
-            other => self.corrupt(offset, other.to_string()),
-        }
+        format_error(&self.name, self.offset + offset, e)
     }
 
     /// Reads `buf.len()` bytes at image position `pos`, which must lie within the image.

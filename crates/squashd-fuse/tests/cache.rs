@@ -8,7 +8,6 @@ use squashd_fuse::{MountConfig, MountedImage};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 fn data(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed;
@@ -24,11 +23,7 @@ fn data(len: usize, seed: u64) -> Vec<u8> {
 
 #[test]
 fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
-    if !Path::new("/dev/fuse").exists() || !testkit::is_root() {
-        testkit::skip("needs root and /dev/fuse");
-        return;
-    }
-    if !testkit::have_squashfs_tools() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

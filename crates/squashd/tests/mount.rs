@@ -14,18 +14,6 @@ use testkit::{Built, TreeOptions};
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
-fn can_mount() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        testkit::skip("/dev/fuse is missing");
-        return false;
-    }
-    if !testkit::is_root() {
-        testkit::skip("mounting needs root in these tests");
-        return false;
-    }
-    testkit::have_squashfs_tools()
-}
-
 fn is_mounted(mnt: &Path) -> bool {
     let mnt = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
     let needle = format!(" {} ", mnt.display());
@@ -128,7 +116,7 @@ fn reference(built: &Built, image: &Path, name: &str) -> (PathBuf, Option<PathBu
 
 #[test]
 fn mounted_tree_matches_the_kernels_squashfs() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let built = Built::new(&TreeOptions::default());
@@ -177,7 +165,7 @@ fn mounted_tree_matches_the_kernels_squashfs() {
 
 #[test]
 fn options_subdir_offset_and_owner() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let built = Built::new(&TreeOptions {
@@ -240,7 +228,7 @@ fn getxattr(path: &Path, name: &str, size: usize) -> (isize, i32, Vec<u8>) {
 
 #[test]
 fn errors_a_user_expects_and_read_only() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -290,7 +278,7 @@ fn errors_a_user_expects_and_read_only() {
 
 #[test]
 fn truncated_image_gives_eio_and_the_daemon_stays() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -335,7 +323,7 @@ fn truncated_image_gives_eio_and_the_daemon_stays() {
 
 #[test]
 fn bad_image_fails_before_detaching() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -354,7 +342,7 @@ fn bad_image_fails_before_detaching() {
 
 #[test]
 fn ready_fd_notify_socket_and_sigterm() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -423,7 +411,7 @@ fn ready_fd_notify_socket_and_sigterm() {
 
 #[test]
 fn idle_timeout_unmounts() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -458,7 +446,7 @@ fn fds_into(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_hundred_mount_cycles_leave_nothing_behind() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

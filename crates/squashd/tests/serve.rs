@@ -18,18 +18,6 @@ use std::time::{Duration, Instant};
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
-fn can_mount() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        testkit::skip("/dev/fuse is missing");
-        return false;
-    }
-    if !testkit::is_root() {
-        testkit::skip("mounting needs root in these tests");
-        return false;
-    }
-    testkit::have_squashfs_tools()
-}
-
 /// Mount points under `scope`, from /proc/self/mountinfo.
 fn mounts_under(scope: &Path) -> Vec<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -324,7 +312,7 @@ fn read_with_timeout(path: &Path) -> Result<Vec<u8>, Option<i32>> {
 
 #[test]
 fn serves_69_images_attached_in_parallel() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();
@@ -438,7 +426,7 @@ fn detach_when_idle(daemon: &Daemon, mnt: &Path) -> Value {
 
 #[test]
 fn attach_detach_200_times_does_not_grow() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();
@@ -529,7 +517,7 @@ fn corrupt_data_blocks(img: &Path) {
 
 #[test]
 fn damaged_image_fails_alone_and_bad_entries_are_named() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();
@@ -612,7 +600,7 @@ fn damaged_image_fails_alone_and_bad_entries_are_named() {
 
 #[test]
 fn sighup_reload_attaches_and_detaches_the_difference() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();
@@ -678,7 +666,7 @@ fn sighup_reload_attaches_and_detaches_the_difference() {
 
 #[test]
 fn restart_after_a_crash_reclaims_dead_mounts() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();
@@ -730,7 +718,7 @@ fn socket_mode(socket: &Path) -> u32 {
 
 #[test]
 fn control_socket_is_root_only_unless_allowed() {
-    if !can_mount() {
+    if !testkit::can_mount() {
         return;
     }
     let scratch = Scratch::new();

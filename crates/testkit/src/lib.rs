@@ -72,6 +72,20 @@ pub fn skip(reason: &str) {
     eprintln!("SKIPPED: {reason}");
 }
 
+/// Whether the test can make real FUSE mounts of images here (/dev/fuse, root, and the
+/// squashfs tools to build them); prints the skip line when not.
+pub fn can_mount() -> bool {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        skip("/dev/fuse is missing");
+        return false;
+    }
+    if !is_root() {
+        skip("mounting needs root in these tests");
+        return false;
+    }
+    have_squashfs_tools()
+}
+
 /// Whether mksquashfs and unsquashfs are both available; prints the skip line when not.
 pub fn have_squashfs_tools() -> bool {
     for tool in ["mksquashfs", "unsquashfs"] {

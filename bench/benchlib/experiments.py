@@ -38,8 +38,10 @@ def e1_walks(systems, usr, ns, runs):
                         drop_caches()
                         finds = [["find", mnt, "-print"]] * n
                         cold = parallel_commands(finds)
+                        after_cold = s.counters(mnt)
                         warm = parallel_commands(finds)
-                        counters = s.counters(mnt)
+                        after_warm = s.counters(mnt)
+                        counters = {"after_cold": after_cold, "after_warm": after_warm} if after_cold else None
                 except Exception as e:  # noqa: BLE001 - one system's failure must not stop the rest
                     out["skipped"][s.name] = f"failed: {e}"
                     out["rows"].pop(s.name, None)
@@ -85,13 +87,15 @@ def e2_reads(systems, data, runs, random_runtime):
                     f = os.path.join(mnt, data["file"])
                     size = data["file_bytes"]
                     drop_caches()
-                    res = {
-                        "seq_cold": _fio(f, size, "read", "128k", 1),
-                        "seq_invalidated": _fio(f, size, "read", "128k", 1),
-                        "seq_warm": _fio(f, size, "read", "128k", 0),
-                        "rand_4k": _fio(f, size, "randread", "4k", 1, random_runtime),
-                    }
-                    counters = s.counters(mnt)
+                    res, counters = {}, {}
+                    for kind, args in [("seq_cold", ("read", "128k", 1)),
+                                       ("seq_invalidated", ("read", "128k", 1)),
+                                       ("seq_warm", ("read", "128k", 0)),
+                                       ("rand_4k", ("randread", "4k", 1, random_runtime))]:
+                        res[kind] = _fio(f, size, *args)
+                        counters[f"after_{kind}"] = s.counters(mnt)
+                    if not counters["after_seq_cold"]:
+                        counters = None
             except Exception as e:  # noqa: BLE001
                 out["skipped"][s.name] = f"failed: {e}"
                 out["rows"].pop(s.name, None)

@@ -77,8 +77,32 @@ def _e1_md(e1, label):
                 row += "".join(f" | {_ratio(st[a], st[b])}" for a, b in ratios) + " |"
                 out.append(row)
         out.append("")
+    out += _counters_md(e1.get("counters", {}).get("squashd"), ["after_cold", "after_warm"],
+                        "squashd's counters for the last run of each N (from `squashd status --json` on the "
+                        "mount's control socket), after the cold walks and again after the warm ones:")
     out += _skips(e1) + ["", "![E1](e1.png)", ""] if _skips(e1) else ["![E1](e1.png)", ""]
     return out
+
+
+def _counters_md(by_key, phases, intro):
+    """A table of squashd's cache counters: `by_key` maps a row name (N, or nothing) to
+    {phase: ImageStatus}."""
+    if not by_key:
+        return []
+    if "image" in next(iter(by_key.values())) or phases[0] in by_key:
+        by_key = {"": by_key}
+    out = [intro, "", "| | after | metadata decompressions | metadata hit ratio | data decompressions | "
+           "data hit ratio | bytes read from the image |", "|---|---|---|---|---|---|---|"]
+    for key, per_phase in by_key.items():
+        for phase in phases:
+            st = (per_phase or {}).get(phase)
+            if not st:
+                continue
+            md, dd = st["cache"]["metadata"], st["cache"]["data"]
+            out.append(f"| {key} | {phase.removeprefix('after_').replace('_', ' ')} | {md['loads']} | "
+                       f"{md['hit_ratio'] * 100:.2f}% | {dd['loads']} | {dd['hit_ratio'] * 100:.2f}% | "
+                       f"{st['bytes_read'] / 2**20:.1f} MiB |")
+    return out + [""]
 
 
 def _e2_md(e2, label):
@@ -103,6 +127,10 @@ def _e2_md(e2, label):
                     cells.append(f"{st['median']:.0f} MiB/s ({st['min']:.0f}–{st['max']:.0f})")
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
+    out += _counters_md(e2.get("counters", {}).get("squashd"),
+                        ["after_seq_cold", "after_seq_invalidated", "after_seq_warm", "after_rand_4k"],
+                        "squashd's counters in the last run (cumulative over the mount, read after each fio run; "
+                        "one data block is 128 KiB):")
     return out + _skips(e2) + ["", "![E2](e2.png)", ""]
 
 

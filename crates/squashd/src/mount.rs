@@ -4,6 +4,9 @@
 //! it is what `mount -t fuse.squashd IMAGE DIR -o OPTIONS` and /etc/fstab entries run, with
 //! the arguments `IMAGE DIR [-n] [-s] [-v] [-o OPTIONS] [-t TYPE]`.
 
+use crate::serve::control::Controller;
+use crate::serve::protocol::{Request, Response};
+use crate::serve::report::{status, ServedImage};
 use crate::size::parse_size;
 use anyhow::{bail, Context};
 use squashd_core::{CacheBudgets, Image, OpenOptions};
@@ -22,7 +25,8 @@ use std::time::{Duration, Instant};
     after_help = "Options (-o, comma-separated): offset=BYTES, subdir=PATH, uid=N, gid=N, \
 allow_other, metadata_cache=SIZE (default 256MiB), data_cache=SIZE (default 256MiB), \
 compressed_cache=SIZE (default 0), threads=N, readahead=SIZE, timeout=SECONDS (unmount after \
-that long idle), fsname=NAME, dev, suid, noexec, noatime. Generic mount(8) options (rw, ro, \
+that long idle), fsname=NAME, control=SOCKET (answer `squashd status --socket SOCKET` with this \
+mount's cache counters; root-only, as the daemon's), dev, suid, noexec, noatime. Generic mount(8) options (rw, ro, \
 defaults, nofail, _netdev, user, auto, x-*...) are accepted and ignored; the mount is always \
 read-only.\n\nAs a mount helper: ln -s \"$(command -v squashd)\" /sbin/mount.fuse.squashd, then \
 `mount -t fuse.squashd IMAGE DIR -o OPTIONS` or an /etc/fstab line \
@@ -48,6 +52,8 @@ pub struct Args {
 pub(crate) struct Options {
     pub(crate) open: OpenOptions,
     pub(crate) mount: MountConfig,
+    /// Where a lone mount answers `squashd status` (`control=`); the daemon has its own.
+    pub(crate) control: Option<PathBuf>,
 }
 
 /// Options mount(8) and fstab pass that mean nothing to an immutable FUSE file system.
@@ -89,6 +95,7 @@ pub(crate) fn parse_options(list: &[String], image: &Path) -> anyhow::Result<Opt
         compressed_bytes: 0,
     };
     let mut offset = 0;
+    let mut control = None;
     let mut mount = MountConfig {
         fsname: image.display().to_string(),
         ..MountConfig::default()
@@ -136,6 +143,12 @@ pub(crate) fn parse_options(list: &[String], image: &Path) -> anyhow::Result<Opt
                 mount.idle_timeout = Some(Duration::from_secs_f64(secs));
             }
             "fsname" => mount.fsname = value.unwrap_or_default().to_string(),
+            "control" => {
+                let v = value.filter(|v| !v.is_empty());
+                control = Some(PathBuf::from(
+                    v.context("option control needs a socket path")?,
+                ));
+            }
             "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime" => {
                 mount.flags.push(key.to_string())
             }
@@ -150,6 +163,7 @@ pub(crate) fn parse_options(list: &[String], image: &Path) -> anyhow::Result<Opt
             caches: None,
         },
         mount,
+        control,
     })
 }
 
@@ -168,13 +182,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     init_logging();
     let image = Image::open(&image_path, &options.open)?;
-    let mounted = MountedImage::mount(image, &args.mountpoint, &options.mount)?;
+    let mounted = MountedImage::mount(image.clone(), &args.mountpoint, &options.mount)?;
     let mountpoint = mounted.mountpoint().to_path_buf();
     // Detach before starting any thread: fork copies only the calling thread.
     let parent_pipe = if args.foreground {
         None
     } else {
         Some(daemonize()?)
+    };
+    let _control = match &options.control {
+        Some(socket) => Some(LoneMountControl::listen(
+            socket,
+            ServedImage {
+                image_path,
+                options: args.options.clone(),
+                image,
+                probe: mounted.probe(),
+                since: Instant::now(),
+                private_cache: true,
+            },
+            mounted.mountpoint(),
+        )?),
+        None => None,
     };
     watch_signals(mounted.unmounter())?;
     let ready_fd = args.ready_fd;
@@ -194,6 +223,51 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })?;
     mounted.run().context("serving the mount")?;
     Ok(())
+}
+
+/// Answers the control socket of a lone mount: its status, and a refusal of attach and detach.
+struct LoneMountControl {
+    mountpoint: PathBuf,
+    served: ServedImage,
+}
+
+/// Removes the control socket when the mount ends.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl LoneMountControl {
+    /// Listens on `socket` (on a thread of its own) until the returned guard is dropped, which
+    /// removes the socket.
+    fn listen(socket: &Path, served: ServedImage, mountpoint: &Path) -> anyhow::Result<SocketFile> {
+        let control = LoneMountControl {
+            mountpoint: mountpoint.to_path_buf(),
+            served,
+        };
+        crate::serve::control::listen(socket, Vec::new(), std::sync::Arc::new(control))?;
+        Ok(SocketFile(socket.to_path_buf()))
+    }
+}
+
+impl Controller for LoneMountControl {
+    fn dispatch(&self, request: Request) -> Response {
+        match request {
+            Request::Status => Response::Status(status(
+                &self.served.image.caches().stats(),
+                std::iter::once((self.mountpoint.as_path(), &self.served)),
+            )),
+            Request::Attach { .. } | Request::Detach { .. } => Response::Error {
+                message: format!(
+                    "{} is a lone `squashd mount`: attach and detach need `squashd serve`",
+                    self.mountpoint.display()
+                ),
+            },
+        }
+    }
 }
 
 fn init_logging() {

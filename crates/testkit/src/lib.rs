@@ -34,6 +34,7 @@
 //! # let _ = (image, expected);
 //! ```
 
+pub mod raw;
 mod squashfs_tools;
 mod tree;
 mod walk;

@@ -18,8 +18,18 @@ const MAX_REQUEST: u64 = 64 * 1024;
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What answers the requests of a control socket: the daemon's registry, or a lone mount.
+pub(crate) trait Controller: Send + Sync + 'static {
+    /// Carries out one request.
+    fn dispatch(&self, request: Request) -> Response;
+}
+
 /// Binds the control socket at `path` (replacing a stale one) and serves it on a thread.
-pub fn listen(path: &Path, allow_uids: Vec<u32>, registry: Arc<Registry>) -> anyhow::Result<()> {
+pub(crate) fn listen(
+    path: &Path,
+    allow_uids: Vec<u32>,
+    registry: Arc<dyn Controller>,
+) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
@@ -48,7 +58,7 @@ pub fn listen(path: &Path, allow_uids: Vec<u32>, registry: Arc<Registry>) -> any
                 // so a slow one does not hold up the others.
                 let _ = std::thread::Builder::new()
                     .name("control-client".into())
-                    .spawn(move || handle(conn, me, &allowed, &registry));
+                    .spawn(move || handle(conn, me, &allowed, registry.as_ref()));
             }
         })?;
     Ok(())
@@ -80,7 +90,7 @@ fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
     }
 }
 
-fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &Registry) {
+fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &dyn Controller) {
     // The request is read before the peer check, refused or not: closing a Unix socket with
     // unread data resets it, and the client would see "broken pipe" or "connection reset"
     // instead of the refusal. A client that sends nothing cannot hold the thread for long.
@@ -93,7 +103,7 @@ fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &Registry) {
                 .map_err(anyhow::Error::from)
                 .and_then(|_| serde_json::from_str::<Request>(&line).context("malformed request"))
             {
-                Ok(request) => dispatch(request, registry),
+                Ok(request) => registry.dispatch(request),
                 Err(e) => Response::Error {
                     message: format!("{e:#}"),
                 },
@@ -114,16 +124,23 @@ fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &Registry) {
     }
 }
 
-fn dispatch(request: Request, registry: &Registry) -> Response {
-    let result = match request {
-        Request::Attach {
-            image,
-            mountpoint,
-            options,
-        } => registry.attach(&image, &mountpoint, &options, false),
-        Request::Detach { mountpoint, lazy } => registry.detach(&mountpoint, lazy),
-        Request::Status => return Response::Status(registry.status()),
-    };
+impl Controller for Registry {
+    fn dispatch(&self, request: Request) -> Response {
+        let result = match request {
+            Request::Attach {
+                image,
+                mountpoint,
+                options,
+            } => self.attach(&image, &mountpoint, &options, false),
+            Request::Detach { mountpoint, lazy } => self.detach(&mountpoint, lazy),
+            Request::Status => return Response::Status(self.status()),
+        };
+        logged(result)
+    }
+}
+
+/// The response to a request that was carried out or failed, also written to the log.
+fn logged(result: anyhow::Result<String>) -> Response {
     match result {
         Ok(message) => {
             eprintln!("squashd serve: {message}");

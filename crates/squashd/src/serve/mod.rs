@@ -3,9 +3,10 @@
 
 mod client;
 mod config;
-mod control;
-mod protocol;
+pub(crate) mod control;
+pub(crate) mod protocol;
 mod registry;
+pub(crate) mod report;
 
 pub use client::{attach, detach, status, AttachArgs, DetachArgs, StatusArgs};
 

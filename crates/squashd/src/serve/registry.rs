@@ -2,11 +2,12 @@
 //! table of mounts (the control plane); requests to a mounted image never take it, and no two
 //! images share a lock on their read paths.
 
-use super::protocol::{ImageStatus, Status, Tier, TierSet};
+use super::protocol::Status;
+use super::report::{status, ServedImage};
 use crate::mount::parse_options;
 use anyhow::{bail, Context};
-use squashd_core::{CacheStats, Caches, Image, ImageStats};
-use squashd_fuse::{MountProbe, MountedImage, Unmounter};
+use squashd_core::{Caches, Image};
+use squashd_fuse::{MountedImage, Unmounter};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,14 +22,9 @@ const PRIVATE_BUDGET_OPTIONS: [&str; 3] = ["metadata_cache", "data_cache", "comp
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Attached {
-    image_path: PathBuf,
-    options: Vec<String>,
-    image: Image,
+    served: ServedImage,
     unmounter: Unmounter,
-    probe: MountProbe,
     worker: JoinHandle<()>,
-    since: Instant,
-    private_cache: bool,
     from_config: bool,
 }
 
@@ -117,14 +113,16 @@ impl Registry {
             bail!("{}: the mount does not answer", mountpoint.display());
         }
         let attached = Attached {
-            image_path: image_path.clone(),
-            options: options.to_vec(),
-            image: opened,
+            served: ServedImage {
+                image_path: image_path.clone(),
+                options: options.to_vec(),
+                image: opened,
+                probe,
+                since: Instant::now(),
+                private_cache,
+            },
             unmounter,
-            probe,
             worker,
-            since: Instant::now(),
-            private_cache,
             from_config,
         };
         let mut table = self.table();
@@ -186,7 +184,13 @@ impl Registry {
         self.table()
             .iter()
             .filter(|(_, a)| a.from_config)
-            .map(|(m, a)| (m.clone(), a.image_path.clone(), a.options.clone()))
+            .map(|(m, a)| {
+                (
+                    m.clone(),
+                    a.served.image_path.clone(),
+                    a.served.options.clone(),
+                )
+            })
             .collect()
     }
 
@@ -197,71 +201,11 @@ impl Registry {
 
     /// The status report.
     pub fn status(&self) -> Status {
-        let shared = self.shared.stats();
-        let images = self
-            .table()
-            .iter()
-            .map(|(mountpoint, a)| image_status(mountpoint, a))
-            .collect();
-        Status {
-            pid: std::process::id(),
-            rss_bytes: rss_bytes(),
-            shared_cache: tiers(&shared),
-            images,
-        }
-    }
-}
-
-fn tier(s: &CacheStats) -> Tier {
-    Tier {
-        capacity_bytes: s.capacity_bytes,
-        resident_bytes: s.resident_bytes,
-        hits: s.hits,
-        misses: s.misses,
-        loads: s.loads,
-        failures: s.load_failures,
-        hit_ratio: s.hit_ratio(),
-    }
-}
-
-fn tiers(s: &ImageStats) -> TierSet {
-    TierSet {
-        metadata: tier(&s.metadata),
-        data: tier(&s.data),
-        compressed: tier(&s.compressed),
-    }
-}
-
-fn image_status(mountpoint: &Path, a: &Attached) -> ImageStatus {
-    let stats = a.image.stats();
-    let sb = a.image.superblock();
-    let needed = a.image.offset() + sb.bytes_used;
-    let failed_loads =
-        stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
-    let errors = a.probe.failed_requests();
-    let health = match std::fs::metadata(&a.image_path) {
-        Err(_) => "image file deleted (still served from the open file)".to_string(),
-        Ok(m) if m.len() < needed => {
-            format!("image file truncated to {} of {needed} bytes", m.len())
-        }
-        Ok(_) if errors > 0 || failed_loads > 0 => {
-            format!("{errors} requests failed with EIO, {failed_loads} block reads failed")
-        }
-        Ok(_) => "ok".to_string(),
-    };
-    ImageStatus {
-        image: a.image_path.clone(),
-        mountpoint: mountpoint.to_path_buf(),
-        options: a.options.clone(),
-        health,
-        size_bytes: sb.bytes_used,
-        inodes: sb.inode_count,
-        open_handles: a.probe.open_handles(),
-        errors,
-        bytes_read: stats.bytes_read,
-        private_cache: a.private_cache,
-        cache: tiers(&stats),
-        attached_secs: a.since.elapsed().as_secs(),
+        let table = self.table();
+        status(
+            &self.shared.stats(),
+            table.iter().map(|(m, a)| (m.as_path(), &a.served)),
+        )
     }
 }
 
@@ -316,19 +260,4 @@ fn is_fuse_mount(path: &Path) -> bool {
         let f: Vec<&str> = l.split(' ').collect();
         f.len() > 4 && f[4] == want && l.contains("fuse.squashd")
     })
-}
-
-/// The daemon's resident set size, from /proc/self/statm.
-fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * page.max(0) as u64
 }

@@ -1,0 +1,106 @@
+//! The status report: what each served image costs and how it is doing. Shared by the daemon
+//! (every attached image) and by a lone `squashd mount -o control=PATH` (its one image).
+
+use super::protocol::{ImageStatus, Status, Tier, TierSet};
+use squashd_core::{CacheStats, Image, ImageStats};
+use squashd_fuse::MountProbe;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What the report needs to know of one served image.
+pub(crate) struct ServedImage {
+    /// The image file (absolute).
+    pub(crate) image_path: PathBuf,
+    /// The options it was mounted with.
+    pub(crate) options: Vec<String>,
+    /// The open image.
+    pub(crate) image: Image,
+    /// Its mount's open handles and failed requests.
+    pub(crate) probe: MountProbe,
+    /// When it was mounted.
+    pub(crate) since: Instant,
+    /// Whether it has cache budgets of its own rather than a share of the daemon's.
+    pub(crate) private_cache: bool,
+}
+
+/// The report of `images` (mount point, image), with `shared` as the figures of the cache
+/// budget they share (for a lone mount: its own caches).
+pub(crate) fn status<'a>(
+    shared: &ImageStats,
+    images: impl Iterator<Item = (&'a Path, &'a ServedImage)>,
+) -> Status {
+    Status {
+        pid: std::process::id(),
+        rss_bytes: rss_bytes(),
+        shared_cache: tiers(shared),
+        images: images.map(|(m, s)| image_status(m, s)).collect(),
+    }
+}
+
+fn tier(s: &CacheStats) -> Tier {
+    Tier {
+        capacity_bytes: s.capacity_bytes,
+        resident_bytes: s.resident_bytes,
+        hits: s.hits,
+        misses: s.misses,
+        loads: s.loads,
+        failures: s.load_failures,
+        hit_ratio: s.hit_ratio(),
+    }
+}
+
+fn tiers(s: &ImageStats) -> TierSet {
+    TierSet {
+        metadata: tier(&s.metadata),
+        data: tier(&s.data),
+        compressed: tier(&s.compressed),
+    }
+}
+
+fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
+    let stats = served.image.stats();
+    let sb = served.image.superblock();
+    let needed = served.image.offset() + sb.bytes_used;
+    let failed_loads =
+        stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
+    let errors = served.probe.failed_requests();
+    let health = match std::fs::metadata(&served.image_path) {
+        Err(_) => "image file deleted (still served from the open file)".to_string(),
+        Ok(m) if m.len() < needed => {
+            format!("image file truncated to {} of {needed} bytes", m.len())
+        }
+        Ok(_) if errors > 0 || failed_loads > 0 => {
+            format!("{errors} requests failed with EIO, {failed_loads} block reads failed")
+        }
+        Ok(_) => "ok".to_string(),
+    };
+    ImageStatus {
+        image: served.image_path.clone(),
+        mountpoint: mountpoint.to_path_buf(),
+        options: served.options.clone(),
+        health,
+        size_bytes: sb.bytes_used,
+        inodes: sb.inode_count,
+        open_handles: served.probe.open_handles(),
+        errors,
+        bytes_read: stats.bytes_read,
+        private_cache: served.private_cache,
+        cache: tiers(&stats),
+        attached_secs: served.since.elapsed().as_secs(),
+    }
+}
+
+/// The process's resident set size, from /proc/self/statm.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}

@@ -398,6 +398,91 @@ fn info_agrees_with_unsquashfs_s() {
     );
 }
 
+/// `info --json` is one JSON object whose counts, sizes, compressor and flags are those
+/// `unsquashfs -s` reports, for images with and without exports, xattrs and options.
+#[test]
+fn info_json_agrees_with_unsquashfs_s() {
+    let Some((built, image)) = fixture() else {
+        eprintln!("SKIPPED: squashfs-tools are not installed");
+        return;
+    };
+    let gzip = built.image(
+        "gzip-noexp",
+        &[
+            "-comp",
+            "gzip",
+            "-Xcompression-level",
+            "4",
+            "-no-exports",
+            "-no-xattrs",
+            "-b",
+            "64K",
+        ],
+    );
+    for (name, image) in [("zstd", image.clone()), ("gzip-noexp", gzip)] {
+        let theirs = String::from_utf8(unsquashfs(&[OsStr::new("-s"), image.as_os_str()])).unwrap();
+        let out = ok(&[OsStr::new("info"), OsStr::new("--json"), image.as_os_str()]);
+        let ours: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| {
+            panic!("{name}: not JSON ({e}):\n{}", String::from_utf8_lossy(&out))
+        });
+        let number = |k: &str| {
+            ours[k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: {k} is not a number in {ours}"))
+                .to_string()
+        };
+        let yes = |k: &str| {
+            ours[k]
+                .as_bool()
+                .unwrap_or_else(|| panic!("{name}: {k} in {ours}"))
+        };
+        assert_eq!(ours["compressor"], field(&theirs, "Compression"), "{name}");
+        assert_eq!(number("block_size"), field(&theirs, "Block size"), "{name}");
+        assert_eq!(
+            number("inodes"),
+            field(&theirs, "Number of inodes"),
+            "{name}"
+        );
+        assert_eq!(
+            number("fragments"),
+            field(&theirs, "Number of fragments"),
+            "{name}"
+        );
+        assert_eq!(number("ids"), field(&theirs, "Number of ids"), "{name}");
+        let size = field(&theirs, "Filesystem size").split(' ').next().unwrap();
+        assert_eq!(number("image_size"), size, "{name}");
+        let exportable = theirs.contains("Filesystem is exportable via NFS");
+        assert_eq!(yes("export_table"), exportable, "{name}");
+        assert_eq!(ours["tables"]["export"].is_null(), !exportable, "{name}");
+        let flags: Vec<&str> = ours["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert_eq!(flags.contains(&"exportable"), exportable, "{name}");
+        assert_eq!(
+            flags.contains(&"duplicates"),
+            theirs.contains("Duplicates are removed"),
+            "{name}"
+        );
+        let xattrs = theirs.contains("Xattrs are compressed")
+            || theirs.contains("Xattrs are stored uncompressed");
+        assert_eq!(yes("xattr_table"), xattrs, "{name}: {theirs}");
+        assert_eq!(
+            ours["compressed"]["data"].as_bool(),
+            Some(theirs.contains("Data is compressed")),
+            "{name}"
+        );
+        let options = &ours["compressor_options"];
+        if name == "gzip-noexp" {
+            assert_eq!(options["compression-level"], "4", "{name}: {ours}");
+        } else {
+            assert!(options.is_null(), "{name}: no options block: {ours}");
+        }
+    }
+}
+
 #[test]
 fn stat_shows_the_source_attributes() {
     let Some((built, image)) = fixture() else {

@@ -1,8 +1,10 @@
-//! `squashd info`: the superblock, as `unsquashfs -s` shows it, in `key: value` lines.
+//! `squashd info`: the superblock, as `unsquashfs -s` shows it, in `key: value` lines, or with
+//! `--json` as one JSON object holding the same fields for scripts.
 
 use super::display::full_stamp;
+use serde::Serialize;
 use squashd_core::format::superblock::NO_TABLE;
-use squashd_core::Flags;
+use squashd_core::{Flags, Image};
 use std::io::{self, Write};
 
 /// Arguments of `squashd info`.
@@ -10,107 +12,211 @@ use std::io::{self, Write};
 pub struct Args {
     #[command(flatten)]
     image: super::ImageArgs,
+    /// Print one JSON object (numbers as numbers, absent tables as null) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Everything `info` shows, gathered once so that the text and the JSON cannot disagree.
+#[derive(Serialize)]
+struct Info {
+    image: String,
+    offset: u64,
+    format: String,
+    compressor: String,
+    /// The options block, `None` when the image records none (compressor defaults).
+    compressor_options: Option<Options>,
+    block_size: u32,
+    image_size: u64,
+    created: String,
+    created_unix: u32,
+    inodes: u32,
+    fragments: u32,
+    ids: u16,
+    export_table: bool,
+    xattr_table: bool,
+    fragment_table: bool,
+    flags: Vec<String>,
+    /// Per kind of content: whether it is stored compressed.
+    compressed: Storage,
+    root_inode: RootInode,
+    /// Image positions of the tables; `None` for an absent one.
+    tables: Tables,
+}
+
+/// The compressor's options in the order the options block holds them: a JSON object whose
+/// keys keep that order (a map type would sort them).
+struct Options(Vec<(String, String)>);
+
+impl Serialize for Options {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+#[derive(Serialize)]
+struct Storage {
+    inodes: bool,
+    data: bool,
+    fragments: bool,
+    xattrs: bool,
+    ids: bool,
+}
+
+#[derive(Serialize)]
+struct RootInode {
+    block: u64,
+    offset: u16,
+}
+
+#[derive(Serialize)]
+struct Tables {
+    inode: Option<u64>,
+    directory: Option<u64>,
+    fragment: Option<u64>,
+    export: Option<u64>,
+    id: Option<u64>,
+    xattr_id: Option<u64>,
+}
+
+impl Info {
+    fn of(image: &Image) -> Self {
+        let sb = image.superblock();
+        let position = |start: u64| (start != NO_TABLE).then_some(start);
+        let compressed = |flag: u16| !sb.flags.has(flag);
+        Info {
+            image: image.name().to_string(),
+            offset: image.offset(),
+            format: format!("SquashFS {}.{}", sb.version_major, sb.version_minor),
+            compressor: sb.compressor.name().to_string(),
+            compressor_options: image.compressor_options().map(|o| Options(o.describe())),
+            block_size: sb.block_size,
+            image_size: sb.bytes_used,
+            created: full_stamp(sb.modification_time),
+            created_unix: sb.modification_time,
+            inodes: sb.inode_count,
+            fragments: sb.fragment_count,
+            ids: sb.id_count,
+            export_table: sb.has_export_table(),
+            xattr_table: sb.has_xattrs(),
+            fragment_table: sb.has_fragments(),
+            flags: sb.flags.names().iter().map(|n| n.to_string()).collect(),
+            compressed: Storage {
+                inodes: compressed(Flags::UNCOMPRESSED_INODES),
+                data: compressed(Flags::UNCOMPRESSED_DATA),
+                fragments: compressed(Flags::UNCOMPRESSED_FRAGMENTS),
+                xattrs: compressed(Flags::UNCOMPRESSED_XATTRS),
+                ids: compressed(Flags::UNCOMPRESSED_IDS),
+            },
+            root_inode: RootInode {
+                block: sb.root_inode.block,
+                offset: sb.root_inode.offset,
+            },
+            tables: Tables {
+                inode: position(sb.inode_table_start),
+                directory: position(sb.directory_table_start),
+                fragment: position(sb.fragment_table_start),
+                export: position(sb.export_table_start),
+                id: position(sb.id_table_start),
+                xattr_id: position(sb.xattr_id_table_start),
+            },
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut o = String::new();
+        let mut line = |k: &str, v: String| o.push_str(&format!("{:<24}{v}\n", format!("{k}:")));
+        line("image", self.image.clone());
+        line("offset", self.offset.to_string());
+        line("format", self.format.clone());
+        line("compressor", self.compressor.clone());
+        match &self.compressor_options {
+            Some(options) => {
+                for (key, value) in &options.0 {
+                    line(&format!("  {key}"), value.clone());
+                }
+            }
+            None => line("  options", "none recorded (compressor defaults)".into()),
+        }
+        line(
+            "block size",
+            format!("{} ({} KiB)", self.block_size, self.block_size / 1024),
+        );
+        let size = self.image_size as f64;
+        line(
+            "image size",
+            format!(
+                "{} bytes ({:.2} KiB / {:.2} MiB)",
+                self.image_size,
+                size / 1024.0,
+                size / (1024.0 * 1024.0)
+            ),
+        );
+        line(
+            "created",
+            format!("{} ({})", self.created, self.created_unix),
+        );
+        line("inodes", self.inodes.to_string());
+        line("fragments", self.fragments.to_string());
+        line("ids", self.ids.to_string());
+        line("export table", present(self.export_table));
+        line("xattr table", present(self.xattr_table));
+        line("fragment table", present(self.fragment_table));
+        line(
+            "flags",
+            if self.flags.is_empty() {
+                "none".to_string()
+            } else {
+                self.flags.join(" ")
+            },
+        );
+        let c = &self.compressed;
+        let word = |b: bool| if b { "compressed" } else { "uncompressed" };
+        line(
+            "storage",
+            format!(
+                "inodes {}, data {}, fragments {}, xattrs {}, ids {}",
+                word(c.inodes),
+                word(c.data),
+                word(c.fragments),
+                word(c.xattrs),
+                word(c.ids),
+            ),
+        );
+        line(
+            "root inode",
+            format!(
+                "block {} offset {}",
+                self.root_inode.block, self.root_inode.offset
+            ),
+        );
+        let position = |p: Option<u64>| p.map_or("absent".to_string(), |p| p.to_string());
+        let t = &self.tables;
+        line("inode table at", position(t.inode));
+        line("directory table at", position(t.directory));
+        line("fragment table at", position(t.fragment));
+        line("export table at", position(t.export));
+        line("id table at", position(t.id));
+        line("xattr id table at", position(t.xattr_id));
+        o
+    }
 }
 
 /// Runs `squashd info`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let image = args.image.open()?;
-    let sb = image.superblock();
-    let mut o = String::new();
-    let mut line = |k: &str, v: String| o.push_str(&format!("{:<24}{v}\n", format!("{k}:")));
-    line("image", image.name().to_string());
-    line("offset", image.offset().to_string());
-    line(
-        "format",
-        format!("SquashFS {}.{}", sb.version_major, sb.version_minor),
-    );
-    line("compressor", sb.compressor.name().to_string());
-    match image.compressor_options() {
-        Some(options) => {
-            for (key, value) in options.describe() {
-                line(&format!("  {key}"), value);
-            }
-        }
-        None => line("  options", "none recorded (compressor defaults)".into()),
-    }
-    line(
-        "block size",
-        format!("{} ({} KiB)", sb.block_size, sb.block_size / 1024),
-    );
-    line(
-        "image size",
-        format!(
-            "{} bytes ({:.2} KiB / {:.2} MiB)",
-            sb.bytes_used,
-            sb.bytes_used as f64 / 1024.0,
-            sb.bytes_used as f64 / (1024.0 * 1024.0)
-        ),
-    );
-    line(
-        "created",
-        format!(
-            "{} ({})",
-            full_stamp(sb.modification_time),
-            sb.modification_time
-        ),
-    );
-    line("inodes", sb.inode_count.to_string());
-    line("fragments", sb.fragment_count.to_string());
-    line("ids", sb.id_count.to_string());
-    line("export table", yes_no(sb.has_export_table()));
-    line("xattr table", yes_no(sb.has_xattrs()));
-    line("fragment table", yes_no(sb.has_fragments()));
-    let names = sb.flags.names();
-    line(
-        "flags",
-        if names.is_empty() {
-            "none".to_string()
-        } else {
-            names.join(" ")
-        },
-    );
-    let compressed = |flag: u16| {
-        if sb.flags.has(flag) {
-            "uncompressed"
-        } else {
-            "compressed"
-        }
+    let info = Info::of(&image);
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&info)?;
+        json.push('\n');
+        json
+    } else {
+        info.text()
     };
-    line(
-        "storage",
-        format!(
-            "inodes {}, data {}, fragments {}, xattrs {}, ids {}",
-            compressed(Flags::UNCOMPRESSED_INODES),
-            compressed(Flags::UNCOMPRESSED_DATA),
-            compressed(Flags::UNCOMPRESSED_FRAGMENTS),
-            compressed(Flags::UNCOMPRESSED_XATTRS),
-            compressed(Flags::UNCOMPRESSED_IDS),
-        ),
-    );
-    line(
-        "root inode",
-        format!(
-            "block {} offset {}",
-            sb.root_inode.block, sb.root_inode.offset
-        ),
-    );
-    let position = |start: u64| {
-        if start == NO_TABLE {
-            "absent".to_string()
-        } else {
-            start.to_string()
-        }
-    };
-    line("inode table at", position(sb.inode_table_start));
-    line("directory table at", position(sb.directory_table_start));
-    line("fragment table at", position(sb.fragment_table_start));
-    line("export table at", position(sb.export_table_start));
-    line("id table at", position(sb.id_table_start));
-    line("xattr id table at", position(sb.xattr_id_table_start));
     let mut out = io::stdout().lock();
-    super::tree::stdout_result(out.write_all(o.as_bytes()).and_then(|()| out.flush()))
+    super::tree::stdout_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
 }
 
-fn yes_no(b: bool) -> String {
+fn present(b: bool) -> String {
     if b { "present" } else { "absent" }.to_string()
 }

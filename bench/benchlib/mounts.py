@@ -147,10 +147,13 @@ class Squashd(System):
     name = "squashd"
     fuse = True
 
-    def __init__(self, binary):
+    def __init__(self, binary, options=None, name=None, label=None):
         super().__init__()
         self.binary = binary
-        self.label = "squashd"
+        self.options = options
+        if name:
+            self.name = name
+        self.label = label or "squashd"
         self.version = first_line([binary, "--version"])
         self.has_mount = _exit_ok([binary, "mount", "--help"])
         self.has_serve = _exit_ok([binary, "serve", "--help"])
@@ -163,7 +166,8 @@ class Squashd(System):
     def mount(self, image, mnt):
         # `squashd mount` detaches once the mount answers; default budgets and threads. The
         # control socket only answers `squashd status` (for the counters beside the times).
-        run([self.binary, "mount", image, mnt, "-o", f"control={self._socket(mnt)}"])
+        options = f"control={self._socket(mnt)}" + (f",{self.options}" if self.options else "")
+        run([self.binary, "mount", image, mnt, "-o", options])
         wait_mounted(mnt)
 
     @staticmethod

@@ -4,8 +4,8 @@ import os
 
 from .common import summary
 
-ORDER = ["kernel", "squashfuse", "squashd"]
-COLORS = {"kernel": "#4c72b0", "squashfuse": "#dd8452", "squashd": "#55a868",
+ORDER = ["kernel", "squashfuse", "squashd", "squashd_big"]
+COLORS = {"kernel": "#4c72b0", "squashfuse": "#dd8452", "squashd": "#55a868", "squashd_big": "#2e7d32",
           "unsquashfs": "#8172b3"}
 
 
@@ -112,12 +112,14 @@ def _e2_md(e2, label):
            "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads for "
            f"{e2['random_runtime']} s.", ""]
     systems = [s for s in ORDER if s in e2["rows"]]
+    ours = [s for s in ("squashd", "squashd_big") if s in systems and "kernel" in systems]
     if systems:
-        out += ["| | " + " | ".join(label[s] for s in systems) + " |", "|" + "---|" * (1 + len(systems))]
+        out += ["| | " + " | ".join(label[s] for s in systems) + "".join(f" | {label[s]} / kernel" for s in ours)
+                + " |", "|" + "---|" * (1 + len(systems) + len(ours))]
         names = {"seq_cold": "sequential cold", "seq_invalidated": "sequential invalidated",
                  "seq_warm": "sequential warm", "rand_4k": "random 4 KiB"}
         for k, name in names.items():
-            cells = []
+            cells, med = [], {}
             for s in systems:
                 if k == "rand_4k":
                     st = summary([x["iops"] for x in e2["rows"][s][k]])
@@ -125,12 +127,15 @@ def _e2_md(e2, label):
                 else:
                     st = summary([x["bw_bytes"] / 2**20 for x in e2["rows"][s][k]])
                     cells.append(f"{st['median']:.0f} MiB/s ({st['min']:.0f}–{st['max']:.0f})")
+                med[s] = st["median"] if st else None
+            cells += [f"{med[s] / med['kernel']:.2f}x" if med.get(s) and med.get("kernel") else "-" for s in ours]
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
-    out += _counters_md(e2.get("counters", {}).get("squashd"),
-                        ["after_seq_cold", "after_seq_invalidated", "after_seq_warm", "after_rand_4k"],
-                        "squashd's counters in the last run (cumulative over the mount, read after each fio run; "
-                        "one data block is 128 KiB):")
+    for key in ("squashd", "squashd_big"):
+        out += _counters_md(e2.get("counters", {}).get(key),
+                            ["after_seq_cold", "after_seq_invalidated", "after_seq_warm", "after_rand_4k"],
+                            f"{label[key]}: counters in the last run (cumulative over the mount, read after each "
+                            "fio run; one data block is 128 KiB):")
     return out + _skips(e2) + ["", "![E2](e2.png)", ""]
 
 

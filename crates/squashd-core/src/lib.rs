@@ -28,6 +28,13 @@ mod image;
 pub mod source;
 
 pub use cache::CacheStats;
+
+/// The number of cores this process may use, asked once: `available_parallelism` reads cgroup
+/// files on every call, and a daemon attaching dozens of images would ask dozens of times.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
 pub use error::{Error, ErrorKind, Result};
 pub use format::compressor_options::CompressorOptions;
 pub use format::inode::FileKind;

@@ -40,7 +40,7 @@ pub struct MountConfig {
 
 impl Default for MountConfig {
     fn default() -> Self {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = squashd_core::cores();
         MountConfig {
             subdir: None,
             uid: None,
@@ -174,8 +174,9 @@ impl MountedImage {
             SessionACL::Owner
         };
         fuse_config.n_threads = Some(config.threads.max(1));
-        // One /dev/fuse descriptor per thread: the kernel queues requests per descriptor, so
-        // threads do not contend on one wait queue.
+        // One /dev/fuse descriptor per thread: requests still come from one queue per mount,
+        // but each descriptor has its own list of requests being processed, so replies from
+        // different threads do not contend on one lock.
         fuse_config.clone_fd = true;
         let session = fuser::Session::new(fs, &mountpoint, &fuse_config)
             .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;

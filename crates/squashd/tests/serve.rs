@@ -7,8 +7,10 @@
 //! every mount under the test's scratch directory is lazily unmounted.
 
 use serde_json::{json, Value};
+use std::ffi::CString;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -681,7 +683,13 @@ fn restart_after_a_crash_reclaims_dead_mounts() {
     crashed.child.wait().unwrap();
     // Its guard would unmount what it left: the point is that the next daemon does.
     std::mem::forget(crashed);
-    let dead = fs::metadata(&images[0].2).unwrap_err();
+    // statfs reaches the (dead) daemon; a stat may be answered from the kernel's cache.
+    let path = CString::new(images[0].2.as_os_str().as_bytes()).unwrap();
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a valid C string and room for one statfs.
+    let rc = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
+    let dead = std::io::Error::last_os_error();
+    assert_eq!(rc, -1);
     assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
     let mut restarted = Daemon::start(scratch.path(), "restart", &config);
     restarted.wait_ready(Duration::from_secs(30));

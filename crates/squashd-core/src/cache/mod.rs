@@ -76,7 +76,7 @@ impl<V: CacheValue> BlockCache<V> {
     pub fn new(capacity: u64, max_value: u64) -> Self {
         let counters = CacheCounters::default();
         let cache = (capacity > 0).then(|| {
-            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let cores = crate::cores();
             let by_room = (capacity / (max_value.max(1) * 4)).max(1) as usize;
             let shards = by_room.min(cores * 4).max(1);
             let shards = 1usize << shards.ilog2();

@@ -118,10 +118,7 @@ impl<T> ContextPool<T> {
 
     /// Returns a context; beyond a few per core, it is dropped.
     fn give(&self, context: T) {
-        // available_parallelism reads cgroup files on every call: ask once.
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let keep =
-            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get())) * 2;
+        let keep = crate::cores() * 2;
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < keep {
                 idle.push(context);

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
 use squashd_fuse::{MountedImage, Unmounter};
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -209,8 +210,10 @@ impl Registry {
     }
 }
 
-/// Whether `mountpoint` answers a stat through the new mount within the timeout. The stat runs
-/// on its own thread so a mount that never answers cannot hang the caller.
+/// Whether `mountpoint` answers a stat through the new mount within the timeout: it shows the
+/// FUSE root (node 1), which only our worker threads can have served. The stat runs on its own
+/// thread so a mount that never answers cannot hang the caller. The first stat normally blocks
+/// until the workers answer, so the loop rarely sleeps.
 fn answers(mountpoint: &Path) -> bool {
     let (tx, rx) = std::sync::mpsc::channel();
     let path = mountpoint.to_path_buf();
@@ -219,11 +222,11 @@ fn answers(mountpoint: &Path) -> bool {
         .spawn(move || {
             let deadline = Instant::now() + ANSWER_TIMEOUT;
             while Instant::now() < deadline {
-                if is_fuse_mount(&path) && std::fs::read_dir(&path).is_ok() {
+                if std::fs::metadata(&path).is_ok_and(|m| m.ino() == 1) && is_fuse_mount(&path) {
                     let _ = tx.send(());
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(1));
             }
         });
     rx.recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
@@ -234,8 +237,9 @@ fn answers(mountpoint: &Path) -> bool {
 /// would block its mount point forever: a restarted daemon (systemd's Restart=on-failure)
 /// could attach nothing there. Such a mount serves no one, so it is detached.
 fn clear_dead_mount(mountpoint: &Path) {
-    let dead =
-        std::fs::metadata(mountpoint).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+    // statfs, not stat: the kernel answers a stat of the root from attributes it keeps forever
+    // (an image never changes), even once the daemon is gone; statfs always asks the daemon.
+    let dead = statfs_errno(mountpoint) == Some(libc::ENOTCONN);
     if dead && is_fuse_mount(mountpoint) {
         match squashd_fuse::unmount(mountpoint, true) {
             Ok(()) => eprintln!(
@@ -248,6 +252,16 @@ fn clear_dead_mount(mountpoint: &Path) {
             ),
         }
     }
+}
+
+/// The errno of a statfs of `path`, if it fails.
+fn statfs_errno(path: &Path) -> Option<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c_path` is a valid C string and `buf` has room for one statfs.
+    let rc = unsafe { libc::statfs(c_path.as_ptr(), buf.as_mut_ptr()) };
+    (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 /// Whether /proc/self/mountinfo shows a squashd mount at `path`.

@@ -91,15 +91,16 @@ def _counters_md(by_key, phases, intro):
         return []
     if "image" in next(iter(by_key.values())) or phases[0] in by_key:
         by_key = {"": by_key}
-    out = [intro, "", "| | after | metadata decompressions | metadata hit ratio | data decompressions | "
-           "data hit ratio | bytes read from the image |", "|---|---|---|---|---|---|---|"]
+    out = [intro, "", "| | after | FUSE requests served | metadata decompressions | metadata hit ratio | "
+           "data decompressions | data hit ratio | bytes read from the image |", "|---|---|---|---|---|---|---|---|"]
     for key, per_phase in by_key.items():
         for phase in phases:
             st = (per_phase or {}).get(phase)
             if not st:
                 continue
             md, dd = st["cache"]["metadata"], st["cache"]["data"]
-            out.append(f"| {key} | {phase.removeprefix('after_').replace('_', ' ')} | {md['loads']} | "
+            out.append(f"| {key} | {phase.removeprefix('after_').replace('_', ' ')} | {st.get('requests', '-')} | "
+                       f"{md['loads']} | "
                        f"{md['hit_ratio'] * 100:.2f}% | {dd['loads']} | {dd['hit_ratio'] * 100:.2f}% | "
                        f"{st['bytes_read'] / 2**20:.1f} MiB |")
     return out + [""]

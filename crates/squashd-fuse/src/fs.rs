@@ -62,6 +62,7 @@ pub struct MountProbe {
 struct MountCounters {
     open_handles: AtomicI64,
     failed_requests: AtomicU64,
+    requests: AtomicU64,
 }
 
 impl MountProbe {
@@ -73,6 +74,13 @@ impl MountProbe {
     /// Requests answered with EIO because the image could not be read or is corrupt.
     pub fn failed_requests(&self) -> u64 {
         self.counters.failed_requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests served: lookups, attributes, reads, listings, links, xattrs, statfs and access
+    /// checks (not the kernel's releases and forgets). What the kernel answers from its own
+    /// caches never gets here: this shows how much of a workload it takes off the daemon.
+    pub fn requests(&self) -> u64 {
+        self.counters.requests.load(Ordering::Relaxed)
     }
 
     pub(crate) fn opened(&self) {
@@ -155,7 +163,9 @@ impl SquashFs {
         n
     }
 
+    /// Counts a request and marks the mount active (for the idle timeout).
     pub(crate) fn touch(&self) {
+        self.probe.counters.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(a) = &self.activity {
             a.touch();
         }

@@ -142,15 +142,24 @@ fn print_table(s: &Status) {
         mib(c.compressed.capacity_bytes),
     );
     println!(
-        "{:<28} {:>10} {:>5} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
-        "MOUNTPOINT", "SIZE", "OPEN", "META HIT", "DATA HIT", "DECOMP", "READ", "ERRORS"
+        "{:<28} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
+        "MOUNTPOINT",
+        "SIZE",
+        "OPEN",
+        "REQUESTS",
+        "META HIT",
+        "DATA HIT",
+        "DECOMP",
+        "READ",
+        "ERRORS"
     );
     for i in &s.images {
         println!(
-            "{:<28} {:>10} {:>5} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
+            "{:<28} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
             i.mountpoint.display(),
             mib(i.size_bytes),
             i.open_handles,
+            i.requests,
             i.cache.metadata.hit_ratio * 100.0,
             i.cache.data.hit_ratio * 100.0,
             i.cache.metadata.loads + i.cache.data.loads,

@@ -111,6 +111,9 @@ pub struct ImageStatus {
     pub open_handles: u64,
     /// Requests that failed with EIO (corrupt image, I/O error).
     pub errors: u64,
+    /// Requests served (the kernel answers the rest from its caches).
+    #[serde(default)]
+    pub requests: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

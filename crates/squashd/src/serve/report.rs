@@ -83,6 +83,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
         inodes: sb.inode_count,
         open_handles: served.probe.open_handles(),
         errors,
+        requests: served.probe.requests(),
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),

@@ -43,7 +43,7 @@ enum Command {
     Attach(serve::AttachArgs),
     /// Detach an image from a running `squashd serve`.
     Detach(serve::DetachArgs),
-    /// Show what each image of a running `squashd serve` costs and how it is doing.
+    /// Show what each image of a running `squashd serve` (or a `squashd mount -o control=SOCKET`) costs and how it is doing.
     Status(serve::StatusArgs),
     /// Walk an image from many threads in-process and report time and cache counters.
     #[command(hide = true)]

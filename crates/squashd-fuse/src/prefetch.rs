@@ -8,11 +8,16 @@
 //! most `queue` jobs (a full queue drops new ones: the reader decompresses those itself), and
 //! the blocks land in the data cache, which has its own byte budget. Workers start on first
 //! use, so a daemon can fork after mounting without threads.
+//!
+//! Dropping the pool stops and joins its workers: a queued job holds the image open, so a
+//! worker left running would keep reading (and holding the file of) an image whose mount is
+//! gone, after `squashd detach` has already answered.
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use squashd_core::FileReader;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 /// Where a file's reading stands, for detecting sequential access.
 #[derive(Debug, Default)]
@@ -34,6 +39,21 @@ pub struct Prefetcher {
     window: u64,
     queue: usize,
     sender: OnceLock<Option<Sender<Job>>>,
+    workers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Set when the pool is dropped: queued jobs are then dropped unread.
+    closing: Arc<AtomicBool>,
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Relaxed);
+        // Disconnects the queue: each worker ends after the job it is on.
+        drop(self.sender.take());
+        let workers = std::mem::take(self.workers.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Prefetcher {
@@ -54,6 +74,8 @@ impl Prefetcher {
             window,
             queue: queue.max(1),
             sender: OnceLock::new(),
+            workers: std::sync::Mutex::new(Vec::new()),
+            closing: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -64,19 +86,28 @@ impl Prefetcher {
                     return None;
                 }
                 let (tx, rx) = crossbeam_channel::bounded::<Job>(self.queue);
+                let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
                 for i in 0..self.threads {
                     let rx: Receiver<Job> = rx.clone();
+                    let closing = self.closing.clone();
                     let spawned = std::thread::Builder::new()
                         .name(format!("prefetch-{i}"))
                         .spawn(move || {
                             for job in rx {
+                                if closing.load(Ordering::Relaxed) {
+                                    break;
+                                }
                                 // Errors are reported by the reader when it gets there.
                                 let _ = job.reader.chunk(job.index);
                             }
                         });
-                    if let Err(e) = spawned {
-                        tracing::warn!("cannot start a read-ahead thread: {e}");
-                        return None;
+                    match spawned {
+                        Ok(worker) => workers.push(worker),
+                        Err(e) => {
+                            tracing::warn!("cannot start a read-ahead thread: {e}");
+                            // The workers already started end when `tx` drops here.
+                            return None;
+                        }
                     }
                 }
                 Some(tx)

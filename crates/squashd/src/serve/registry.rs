@@ -217,7 +217,7 @@ impl Registry {
 fn answers(mountpoint: &Path) -> bool {
     let (tx, rx) = std::sync::mpsc::channel();
     let path = mountpoint.to_path_buf();
-    let _ = std::thread::Builder::new()
+    let probe = std::thread::Builder::new()
         .name("attach-probe".into())
         .spawn(move || {
             let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -229,8 +229,15 @@ fn answers(mountpoint: &Path) -> bool {
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
-    rx.recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
-        .is_ok()
+    let answered = rx
+        .recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
+        .is_ok();
+    // A probe that reported has ended (or is about to): join it, so that an attach leaves no
+    // thread behind. One that did not is stuck in a stat of a mount that will be torn down.
+    if let (true, Ok(probe)) = (answered, probe) {
+        let _ = probe.join();
+    }
+    answered
 }
 
 /// A squashd mount whose daemon died (killed, crashed) answers everything with ENOTCONN and

@@ -1,23 +1,18 @@
 //! `squashd extract`: an image, or some of its paths, into a directory, using every core.
 //!
 //! Two steps: [`plan`] walks the selected tree (in parallel) into lists of jobs whose paths are
-//! the destination joined with checked names; [`write`] and [`files`] create them in a safe
-//! order: directories, file contents, special files, symlinks, hard links, then the
+//! the destination joined with checked names; [`write`] creates them in a safe order:
+//! directories, file contents (in parallel), special files, symlinks, hard links, then the
 //! directories' own attributes, deepest first, once nothing more will be written inside them.
-//! Each step runs on many threads ([`queue`]); directories go one depth at a time, so a parent
-//! always exists before its children and is finished after them.
 //!
 //! `SQUASHD_TIMING=1` in the environment prints the time at the end of each step on stderr.
 
-mod files;
 mod plan;
-mod queue;
 mod write;
 
 use super::display::path_bytes;
 use super::tree::init_thread_pool;
 use indicatif::{ProgressBar, ProgressStyle};
-use plan::Job;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -80,58 +75,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bar
     });
     write::clear_umask();
-    let mut writer = write::Writer {
+    let writer = write::Writer {
         image: &image,
         force: args.force,
         as_root: write::is_root(),
         progress,
         xattr_failures: AtomicU64::new(0),
         devices_skipped: AtomicU64::new(0),
-        created_owner: None,
     };
     phase("plan");
-    let threads = queue::default_threads();
-    let (dest, below) = plan
-        .dirs
-        .split_first()
-        .ok_or_else(|| anyhow::anyhow!("{}: nothing to extract", image.name()))?;
-    writer.make_dir(dest, true)?;
-    writer.created_owner = writer.owner_of_created(&dest.path);
-    let levels = by_depth(below);
-    for level in &levels {
-        queue::run(threads, level, || (), |_, dir| writer.make_dir(dir, false))?;
+    for (i, dir) in plan.dirs.iter().enumerate() {
+        writer.make_dir(dir, i == 0)?;
     }
     phase("dirs");
-    writer.write_files(&plan.files, threads)?;
+    writer.write_files(&plan.files)?;
     phase("files");
-    queue::run(
-        threads,
-        &plan.specials,
-        || (),
-        |_, job| writer.make_special(job),
-    )?;
-    queue::run(
-        threads,
-        &plan.symlinks,
-        || (),
-        |_, job| writer.make_symlink(job),
-    )?;
-    queue::run(
-        threads,
-        &plan.hard_links,
-        || (),
-        |_, (new, existing)| writer.make_hard_link(new, existing),
-    )?;
-    phase("links");
-    for level in levels.iter().rev() {
-        queue::run(
-            threads,
-            level,
-            || (),
-            |_, dir| writer.finish_dir(dir, false),
-        )?;
+    for job in &plan.specials {
+        writer.make_special(job)?;
     }
-    writer.finish_dir(dest, true)?;
+    for job in &plan.symlinks {
+        writer.make_symlink(job)?;
+    }
+    for (new, existing) in &plan.hard_links {
+        writer.make_hard_link(new, existing)?;
+    }
+    phase("links");
+    for dir in plan.dirs.iter().rev() {
+        writer.finish_dir(dir)?;
+    }
     phase("finish");
     if let Some(bar) = &writer.progress {
         bar.finish_and_clear();
@@ -148,19 +119,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Directories grouped by depth, shallowest first.
-fn by_depth(dirs: &[Job]) -> Vec<Vec<&Job>> {
-    let mut levels: Vec<Vec<&Job>> = Vec::new();
-    for dir in dirs {
-        let d = dir.depth as usize;
-        if levels.len() < d {
-            levels.resize_with(d, Vec::new);
-        }
-        if let Some(level) = d.checked_sub(1).and_then(|i| levels.get_mut(i)) {
-            level.push(dir);
-        }
-    }
-    levels
 }

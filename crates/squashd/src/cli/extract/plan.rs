@@ -59,8 +59,6 @@ pub struct Job {
     pub path: PathBuf,
     /// What.
     pub inode: Inode,
-    /// How many directories down from the destination (which is at 0).
-    pub depth: u32,
 }
 
 /// Everything to create, by kind, in an order that makes extraction safe and correct.
@@ -68,9 +66,7 @@ pub struct Job {
 pub struct Plan {
     /// Directories, parents before children (the destination itself first).
     pub dirs: Vec<Job>,
-    /// Regular files, each inode once, in the order mksquashfs stores their data (a
-    /// depth-first walk with names sorted), so that writing them in turn reads the image
-    /// front to back.
+    /// Regular files, each inode once.
     pub files: Vec<Job>,
     /// Fifos, sockets and device nodes, each inode once.
     pub specials: Vec<Job>,
@@ -98,22 +94,16 @@ pub fn plan(image: &Image, selection: &Selection, dest: &Path) -> anyhow::Result
     plan.dirs.push(Job {
         path: dest.to_path_buf(),
         inode: root,
-        depth: 0,
     });
     let mut first_name: HashMap<InodeId, PathBuf> = HashMap::new();
     flatten(listing, &mut plan, &mut first_name);
     Ok(plan)
 }
 
-/// Lists the jobs of `listing` depth first, each subdirectory's right after its own entry.
 fn flatten(listing: Listing, plan: &mut Plan, first_name: &mut HashMap<InodeId, PathBuf>) {
-    let mut subdirs = listing.subdirs.into_iter();
     for job in listing.entries {
-        if job.inode.is_dir() {
+        if job.inode.kind == FileKind::Directory {
             plan.dirs.push(job);
-            if let Some(sub) = subdirs.next() {
-                flatten(sub, plan, first_name);
-            }
             continue;
         }
         if job.inode.nlink > 1 {
@@ -131,6 +121,9 @@ fn flatten(listing: Listing, plan: &mut Plan, first_name: &mut HashMap<InodeId, 
             FileKind::Symlink => plan.symlinks.push(job),
             _ => plan.specials.push(job),
         }
+    }
+    for sub in listing.subdirs {
+        flatten(sub, plan, first_name);
     }
 }
 
@@ -155,11 +148,7 @@ fn walk(
         if inode.is_dir() {
             subdirs.push((child.clone(), inode.clone(), sub_selection));
         }
-        entries.push(Job {
-            path: child,
-            inode,
-            depth: depth as u32 + 1,
-        });
+        entries.push(Job { path: child, inode });
     }
     let subdirs = subdirs
         .into_par_iter()

@@ -1,5 +1,5 @@
-//! Creating what a plan lists: directories, special files, symlinks, hard links, and the
-//! owners, modes, xattrs and times of everything ([`files`](super::files) writes file contents).
+//! Creating what a plan lists: directories, file contents (in parallel, sparse where the image
+//! has holes), special files, symlinks, hard links, then owners, modes, xattrs and times.
 //!
 //! Safety rests on the order: every directory is created (or checked to be a real directory)
 //! before anything else, and symlinks are created only after every file, so no write can pass
@@ -10,12 +10,13 @@
 use super::plan::Job;
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
-use squashd_core::{FileKind, Image, Inode};
+use rayon::prelude::*;
+use squashd_core::{ChunkRead, FileKind, Image, Inode};
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, FileTimes, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
@@ -33,17 +34,19 @@ pub struct Writer<'a> {
     pub xattr_failures: AtomicU64,
     /// Device nodes skipped because we are not root.
     pub devices_skipped: AtomicU64,
-    /// The owner everything we create below the destination gets: our own ids, when the
-    /// destination is new and not set-group-ID (which would hand its group down).
-    pub created_owner: Option<(u32, u32)>,
 }
+
+/// Bytes gathered before a write: fewer, larger writes when blocks are small.
+const WRITE_BUFFER: usize = 1 << 20;
+/// Files of more chunks than this are split among threads.
+const SPLIT_CHUNKS: u64 = 32;
 
 fn mtime(inode: &Inode) -> FileTimes {
     let t = UNIX_EPOCH + Duration::from_secs(inode.mtime as u64);
     FileTimes::new().set_accessed(t).set_modified(t)
 }
 
-pub(super) fn io_context(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
+fn io_context(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
     anyhow!("{}: {what}: {e}", path.display())
 }
 
@@ -86,7 +89,7 @@ impl Writer<'_> {
 
     /// Removes whatever is at `path` when forced, so that the exclusive create that follows can
     /// succeed. A directory there is an error.
-    pub(super) fn clear(&self, path: &Path) -> anyhow::Result<()> {
+    fn clear(&self, path: &Path) -> anyhow::Result<()> {
         if self.force {
             match fs::remove_file(path) {
                 Ok(()) => {}
@@ -97,17 +100,90 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Writes the regular files, in parallel.
+    pub fn write_files(&self, files: &[Job]) -> anyhow::Result<()> {
+        files.par_iter().try_for_each(|job| self.write_file(job))
+    }
+
+    fn write_file(&self, job: &Job) -> anyhow::Result<()> {
+        let path = &job.path;
+        self.clear(path)?;
+        // Created with its final permissions (the umask is 0) when nothing needs them later:
+        // saves a chmod per file. Special bits must follow the chown, and a non-root user
+        // needs write permission to set xattrs.
+        let perms = job.inode.permissions as u32;
+        let create_mode = if perms & 0o7000 == 0 && (self.as_root || perms & 0o200 != 0) {
+            perms
+        } else {
+            0o600
+        };
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(create_mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| io_context(e, "cannot create", path))?;
+        let reader = self.image.open_file(&job.inode)?;
+        let count = reader.chunk_count();
+        let bs = reader.block_size() as u64;
+        let write_range = |first: u64, end: u64| -> anyhow::Result<bool> {
+            let mut pending = PendingWrite::new(&file, first * bs);
+            let mut holes = false;
+            // Each block is read once: decompress it into this thread's buffer, not the cache.
+            BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
+                let mut block = block.borrow_mut();
+                for i in first..end {
+                    let written = match reader.read_chunk_into(i, &mut block)? {
+                        ChunkRead::Hole(len) => {
+                            holes = true;
+                            pending.skip(i * bs + len as u64)
+                        }
+                        ChunkRead::Data => pending.add(i * bs, &block, i + 1 == end),
+                    };
+                    written.map_err(|e| io_context(e, "cannot write", path))?;
+                }
+                Ok(())
+            })?;
+            pending
+                .flush()
+                .map_err(|e| io_context(e, "cannot write", path))?;
+            if let Some(bar) = &self.progress {
+                bar.inc((end * bs).min(reader.size()) - first * bs);
+            }
+            Ok(holes)
+        };
+        let holes = if count > SPLIT_CHUNKS {
+            let ranges: Vec<(u64, u64)> = (0..count)
+                .step_by(SPLIT_CHUNKS as usize)
+                .map(|s| (s, (s + SPLIT_CHUNKS).min(count)))
+                .collect();
+            ranges
+                .into_par_iter()
+                .map(|(s, e)| write_range(s, e))
+                .collect::<anyhow::Result<Vec<bool>>>()?
+                .contains(&true)
+        } else {
+            write_range(0, count)?
+        };
+        if holes {
+            // A trailing hole is never written: give the file its size without allocating it.
+            file.set_len(reader.size())
+                .map_err(|e| io_context(e, "cannot set the size of", path))?;
+        }
+        self.finish_fd(&file, &job.inode, path, create_mode != perms)
+    }
+
     /// Owner, xattrs, mode and times of an open file or directory, in the order that keeps
     /// each (chown clears setuid bits and file capabilities, so it goes first).
-    pub(super) fn finish_fd(
+    fn finish_fd(
         &self,
         file: &File,
         inode: &Inode,
         path: &Path,
         chmod: bool,
-        created: bool,
     ) -> anyhow::Result<()> {
-        if self.needs_chown(inode, created) {
+        if self.as_root {
             std::os::unix::fs::fchown(file, Some(inode.uid), Some(inode.gid))
                 .map_err(|e| io_context(e, "cannot set the owner of", path))?;
         }
@@ -122,12 +198,6 @@ impl Writer<'_> {
         }
         file.set_times(mtime(inode))
             .map_err(|e| io_context(e, "cannot set the times of", path))
-    }
-
-    /// Whether `inode`'s owner must be set: as root, unless the file was just created by us
-    /// and already has the owner it should (saves a syscall for most files of a system tree).
-    fn needs_chown(&self, inode: &Inode, created: bool) -> bool {
-        self.as_root && !(created && self.created_owner == Some((inode.uid, inode.gid)))
     }
 
     fn xattr_refused(&self, e: io::Error, name: &[u8], path: &Path) -> anyhow::Result<()> {
@@ -183,7 +253,7 @@ impl Writer<'_> {
 
     /// Owner, xattrs, mode (unless a symlink) and times of `path`, never following a symlink.
     fn finish_path(&self, path: &Path, inode: &Inode, chmod: bool) -> anyhow::Result<()> {
-        if self.needs_chown(inode, true) {
+        if self.as_root {
             std::os::unix::fs::lchown(path, Some(inode.uid), Some(inode.gid))
                 .map_err(|e| io_context(e, "cannot set the owner of", path))?;
         }
@@ -245,30 +315,73 @@ impl Writer<'_> {
     }
 
     /// Sets a directory's owner, xattrs, mode and times, once its contents are complete.
-    pub fn finish_dir(&self, job: &Job, is_dest: bool) -> anyhow::Result<()> {
+    pub fn finish_dir(&self, job: &Job) -> anyhow::Result<()> {
         let dir = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&job.path)
             .map_err(|e| io_context(e, "cannot open", &job.path))?;
-        // The destination itself may have been there already (-f), or its group inherited.
-        self.finish_fd(&dir, &job.inode, &job.path, true, !is_dest)
-    }
-
-    /// The owner new files get below `dest` (just created by [`Writer::make_dir`]), when that
-    /// is certain: `dest` is not set-group-ID, and nothing was there before (not forced).
-    pub fn owner_of_created(&self, dest: &Path) -> Option<(u32, u32)> {
-        let meta = fs::symlink_metadata(dest).ok()?;
-        // SAFETY: geteuid and getegid have no preconditions and cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        (!self.force && meta.mode() & libc::S_ISGID == 0 && meta.uid() == uid && meta.gid() == gid)
-            .then_some((uid, gid))
+        self.finish_fd(&dir, &job.inode, &job.path, true)
     }
 }
 
 fn cstring(path: &Path) -> anyhow::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| anyhow!("{}: path contains a NUL byte", path.display()))
+}
+
+thread_local! {
+    /// One decompressed block per writer thread, reused for every block it writes.
+    static BLOCK_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Consecutive data gathered into one buffer and written with one pwrite; holes are skipped
+/// (the file is sized at the end), so they stay unallocated.
+struct PendingWrite<'f> {
+    file: &'f File,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl<'f> PendingWrite<'f> {
+    fn new(file: &'f File, at: u64) -> Self {
+        PendingWrite {
+            file,
+            at,
+            buf: Vec::new(),
+        }
+    }
+
+    /// A hole up to `end`: what is gathered is written, and the next bytes go at `end`.
+    fn skip(&mut self, end: u64) -> io::Result<()> {
+        self.flush()?;
+        self.at = end;
+        Ok(())
+    }
+
+    /// Adds `bytes` at `offset`; `last` says no more follow (so a lone chunk is not copied).
+    fn add(&mut self, offset: u64, bytes: &[u8], last: bool) -> io::Result<()> {
+        if self.buf.is_empty() && (last || bytes.len() >= WRITE_BUFFER / 2) {
+            // Large blocks, and lone ones, go straight from the cache: no copy.
+            self.file.write_all_at(bytes, offset)?;
+            self.at = offset + bytes.len() as u64;
+            return Ok(());
+        }
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= WRITE_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all_at(&self.buf, self.at)?;
+            self.at += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
 }
 
 /// Makes modes given at creation exact (extraction sets every mode the image records).

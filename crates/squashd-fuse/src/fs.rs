@@ -20,7 +20,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
 /// The generation of every node: node numbers are never reused while mounted.
@@ -46,6 +46,8 @@ pub struct SquashFs {
     no_opendir: bool,
     /// Listings being read in several readdir calls without a handle, by node.
     pub(crate) listings: Mutex<HashMap<u64, Arc<[DirEntry]>>>,
+    /// Listing requests of one directory are answered one at a time (striped by node).
+    listing_turns: ListingTurns,
     pub(crate) metadata_read_ahead: std::sync::Once,
     pub(crate) probe: MountProbe,
     /// Hands whole blocks of small reads to the kernel's page cache.
@@ -102,6 +104,36 @@ impl std::fmt::Debug for SquashFs {
 
 type Result<T> = std::result::Result<T, Errno>;
 
+/// Turns at answering listing requests, one directory at a time.
+///
+/// Parallel walkers of a cold mount (16 `find`s at once) reach the same directories together,
+/// and each sends its own listing requests before any reply has filled the kernel's listing
+/// cache. Answered at once, those duplicates keep the walkers in lockstep, so every directory
+/// is listed (and its entries parsed and linked by the kernel) by many of them. Answered one
+/// after another, the walkers drift apart and the later ones find listings cached. Measured
+/// on /usr (19k directories, 2 cores, medians of 3): 16 cold walks 8.0 s and 280-465k
+/// requests answered in parallel, 5.3 s and about 200k one directory at a time; 8 walks 4.6 s
+/// against 3.8 s; 1 and 4 walks unchanged. Directories hash onto a few locks, so listings of
+/// different directories still go in parallel.
+struct ListingTurns([Mutex<()>; LISTING_TURNS]);
+
+const LISTING_TURNS: usize = 64;
+
+impl Default for ListingTurns {
+    fn default() -> Self {
+        ListingTurns(std::array::from_fn(|_| Mutex::new(())))
+    }
+}
+
+impl ListingTurns {
+    /// Waits for the turn of directory `node`; the turn ends when the guard drops.
+    fn take(&self, node: INodeNo) -> MutexGuard<'_, ()> {
+        self.0[(node.0 % LISTING_TURNS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl SquashFs {
     /// A file system serving `image`, rooted at `config.subdir` if given. Fails (without
     /// mounting anything) when the image's root or that directory cannot be read.
@@ -138,6 +170,7 @@ impl SquashFs {
             activity,
             no_opendir: false,
             listings: Mutex::new(HashMap::new()),
+            listing_turns: ListingTurns::default(),
             metadata_read_ahead: std::sync::Once::new(),
             probe: MountProbe::default(),
             page_store: PageStore::new(),
@@ -416,6 +449,7 @@ impl Filesystem for SquashFs {
         reply: ReplyDirectory,
     ) {
         self.dir_request();
+        let _turn = self.listing_turns.take(ino);
         self.fill_readdir(ino, fh, offset, reply);
     }
 
@@ -428,6 +462,7 @@ impl Filesystem for SquashFs {
         reply: ReplyDirectoryPlus,
     ) {
         self.dir_request();
+        let _turn = self.listing_turns.take(ino);
         self.fill_readdirplus(ino, fh, offset, reply);
     }
 

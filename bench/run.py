@@ -112,6 +112,9 @@ def main():
         empty = {"rows": {}, "skipped": {"all": "not run (--only)"}}
         results["E1"] = (experiments.e1_walks(systems, usr, ns, args.runs) if "E1" in only
                          else dict(empty, ns=ns, entries=None))
+        if "E1" in only:
+            pinned = Squashd(squashd, name="squashd_pinned", label="squashd, daemon and find on CPU 0", cpu=0)
+            results["E1"]["same_cpu"] = experiments.e1_same_cpu(systems[2], pinned, usr, args.runs)
         # E2 also runs squashd with a data budget that holds the whole file: what the cache
         # buys once the page cache is dropped (the default budget, 256 MiB, holds a quarter).
         budget = f"{(data['file_bytes'] * 5 // 4) >> 20}MiB"

@@ -54,6 +54,29 @@ def e1_walks(systems, usr, ns, runs):
     return out
 
 
+def e1_same_cpu(squashd, pinned, usr, runs):
+    """E1 diagnosis: one cold `find`, as in E1, then again with the daemon and `find` both held
+    on CPU 0. A FUSE round trip wakes a thread on the other CPU twice; on a VM whose idle CPUs
+    halt, each such wake is costly, and the kernel's squashfs makes none. The difference shows
+    what the round trips' cross-CPU wakes cost, apart from the work itself."""
+    out = {"rows": {squashd.label: [], pinned.label: []}, "requests": {}, "skipped": {}}
+    if squashd.skip_reason:
+        out["skipped"]["squashd"] = squashd.skip_reason
+        return out
+    for r in range(runs):
+        for s, prefix in ((squashd, []), (pinned, ["taskset", "-c", "0"])):
+            mnt = _mnt(f"e1d-{s.name}")
+            with s.mounted_at(usr["path"], mnt):
+                drop_caches()
+                seconds = parallel_commands([prefix + ["find", mnt, "-print"]])
+                counters = s.counters(mnt)
+            out["rows"][s.label].append(seconds)
+            if counters:
+                out["requests"][s.label] = counters.get("requests")
+            log(f"E1 same-CPU run {r + 1}/{runs} {s.label}: cold {seconds:.3f} s")
+    return out
+
+
 def _fio(path, size, rw, bs, invalidate, runtime=None):
     cmd = [
         "fio", "--name=e2", f"--filename={path}", "--readonly", f"--rw={rw}", f"--bs={bs}",
@@ -159,6 +182,7 @@ def e3_many(systems, services, runs):
                 parallel_commands([["find", m, "-print"] for _, m in pairs])
                 if daemon:
                     memory, procs = daemon.rss(), 1
+                    out.setdefault("counters", {})[s.name] = daemon.counters()
                 elif s.fuse:
                     pids = set()
                     for img, _ in pairs:

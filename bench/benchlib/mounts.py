@@ -147,10 +147,11 @@ class Squashd(System):
     name = "squashd"
     fuse = True
 
-    def __init__(self, binary, options=None, name=None, label=None):
+    def __init__(self, binary, options=None, name=None, label=None, cpu=None):
         super().__init__()
         self.binary = binary
         self.options = options
+        self.cpu = cpu
         if name:
             self.name = name
         self.label = label or "squashd"
@@ -167,7 +168,8 @@ class Squashd(System):
         # `squashd mount` detaches once the mount answers; default budgets and threads. The
         # control socket only answers `squashd status` (for the counters beside the times).
         options = f"control={self._socket(mnt)}" + (f",{self.options}" if self.options else "")
-        run([self.binary, "mount", image, mnt, "-o", options])
+        pin = ["taskset", "-c", str(self.cpu)] if self.cpu is not None else []
+        run(pin + [self.binary, "mount", image, mnt, "-o", options])
         wait_mounted(mnt)
 
     @staticmethod
@@ -230,9 +232,10 @@ class ServeDaemon:
         self.binary, self.pairs, self.timeout = binary, pairs, timeout
         self.proc = None
         self.dir = tempfile.mkdtemp(prefix="serve-", dir=WORK_DIR)
+        self.socket = os.path.join(self.dir, "control.sock")
 
     def config_text(self):
-        lines = []
+        lines = [f"socket = {json.dumps(self.socket)}", ""]
         for image, mnt in self.pairs:
             lines += ["[[image]]", f"path = {json.dumps(image)}", f"mountpoint = {json.dumps(mnt)}", ""]
         return "\n".join(lines)
@@ -282,6 +285,29 @@ class ServeDaemon:
 
     def rss(self):
         return rss_bytes(self.proc.pid) if self.proc else 0
+
+    def counters(self):
+        """Totals over every image from `squashd status --json`: requests served, decompressions,
+        bytes read, and the shared cache's hit ratios."""
+        p = run([self.binary, "status", "--json", "--socket", self.socket], check=False)
+        if p.returncode != 0:
+            return None
+        try:
+            status = json.loads(p.stdout)
+        except ValueError:
+            return None
+        images = status.get("images", [])
+        shared = status.get("shared_cache", {})
+        return {
+            "images": len(images),
+            "requests": sum(i.get("requests", 0) for i in images),
+            "metadata_loads": sum(i["cache"]["metadata"]["loads"] for i in images),
+            "data_loads": sum(i["cache"]["data"]["loads"] for i in images),
+            "bytes_read": sum(i["bytes_read"] for i in images),
+            "metadata_hit_ratio": shared.get("metadata", {}).get("hit_ratio"),
+            "data_hit_ratio": shared.get("data", {}).get("hit_ratio"),
+            "budget_bytes": sum(shared.get(t, {}).get("capacity_bytes", 0) for t in ("metadata", "data", "compressed")),
+        }
 
     def stop(self):
         """SIGTERM (serve detaches everything), then make sure nothing is left."""

@@ -77,6 +77,14 @@ def _e1_md(e1, label):
                 row += "".join(f" | {_ratio(st[a], st[b])}" for a, b in ratios) + " |"
                 out.append(row)
         out.append("")
+    same = e1.get("same_cpu")
+    if same and any(same["rows"].values()):
+        out += ["One cold `find` (N=1) again, then with the daemon and `find` held on the same CPU "
+                "(`taskset -c 0`), so that no FUSE round trip wakes the other CPU:", "",
+                "| | cold N=1 | FUSE requests |", "|---|---|---|"]
+        for name, times in same["rows"].items():
+            out.append(f"| {name} | {_fmt_s(summary(times))} | {same['requests'].get(name, '-')} |")
+        out.append("")
     out += _counters_md(e1.get("counters", {}).get("squashd"), ["after_cold", "after_warm"],
                         "squashd's counters for the last run of each N (from `squashd status --json` on the "
                         "mount's control socket), after the cold walks and again after the warm ones:")
@@ -158,6 +166,13 @@ def _e3_md(e3, label):
         out.append("| memory after walking every image | " + " | ".join(cells) + " |")
         out.append("")
         out += [f"- squashd: {how}" for how in e3.get("how", {}).values()]
+        c = (e3.get("counters") or {}).get("squashd")
+        if c:
+            out += [f"- squashd's counters after walking every image (last run, `squashd status --json`): "
+                    f"{c['requests']} FUSE requests served, {c['metadata_loads']} metadata and {c['data_loads']} "
+                    f"data decompressions, {c['bytes_read'] / 2**20:.1f} MiB read from {c['images']} images; "
+                    f"shared cache hit ratios {c['metadata_hit_ratio'] * 100:.1f}% (metadata), "
+                    f"{c['data_hit_ratio'] * 100:.1f}% (data); budget {c['budget_bytes'] / 2**20:.0f} MiB."]
     return out + _skips(e3) + ["", "![E3](e3.png)", ""]
 
 

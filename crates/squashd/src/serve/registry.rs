@@ -211,7 +211,7 @@ impl Registry {
 }
 
 /// Whether `mountpoint` answers a stat through the new mount within the timeout: it shows the
-/// FUSE root (node 1), which only our worker threads can have served. The stat runs on its own
+/// FUSE root (node 1), which only the new mount's worker threads can have served. The stat runs on its own
 /// thread so a mount that never answers cannot hang the caller. The first stat normally blocks
 /// until the workers answer, so the loop rarely sleeps.
 fn answers(mountpoint: &Path) -> bool {
@@ -222,7 +222,10 @@ fn answers(mountpoint: &Path) -> bool {
         .spawn(move || {
             let deadline = Instant::now() + ANSWER_TIMEOUT;
             while Instant::now() < deadline {
-                if std::fs::metadata(&path).is_ok_and(|m| m.ino() == 1) && is_fuse_mount(&path) {
+                // mount(2) has returned, so the path leads into the new mount: node 1 there
+                // is our root. (Reading /proc/self/mountinfo instead costs a walk of every
+                // mount, for each of dozens of images attached at once.)
+                if std::fs::metadata(&path).is_ok_and(|m| m.ino() == 1) {
                     let _ = tx.send(());
                     return;
                 }

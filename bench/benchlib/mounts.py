@@ -183,18 +183,26 @@ class Squashd(System):
         """The mount's counters: `squashd status --json` on its control socket."""
         if not self.has_status:
             return None
-        p = run([self.binary, "status", "--json", "--socket", self._socket(mnt)], check=False)
-        if p.returncode != 0:
-            return None
-        try:
-            status = json.loads(p.stdout)
-        except ValueError:
+        status = squashd_status(self.binary, self._socket(mnt))
+        if status is None:
             return None
         images = status.get("images", status) if isinstance(status, dict) else status
         if isinstance(images, list):
             for entry in images:
                 if isinstance(entry, dict) and entry.get("mountpoint") == mnt:
                     return entry
+        return None
+
+
+def squashd_status(binary, socket_path):
+    """`squashd status --json` of the daemon or mount listening on `socket_path`, parsed; None
+    when it does not answer."""
+    p = run([binary, "status", "--json", "--socket", socket_path], check=False)
+    if p.returncode != 0:
+        return None
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
         return None
 
 
@@ -289,12 +297,8 @@ class ServeDaemon:
     def counters(self):
         """Totals over every image from `squashd status --json`: requests served, decompressions,
         bytes read, and the shared cache's hit ratios."""
-        p = run([self.binary, "status", "--json", "--socket", self.socket], check=False)
-        if p.returncode != 0:
-            return None
-        try:
-            status = json.loads(p.stdout)
-        except ValueError:
+        status = squashd_status(self.binary, self.socket)
+        if status is None:
             return None
         images = status.get("images", [])
         shared = status.get("shared_cache", {})

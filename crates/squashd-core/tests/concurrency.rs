@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Barrier;
-use testkit::{assert_records_eq, walk_disk, Built, Record, TreeOptions};
+use testkit::{assert_records_eq, raw, walk_disk, Built, Record, TreeOptions};
 
 const THREADS: usize = 16;
 
@@ -136,55 +136,28 @@ fn sixteen_parallel_walks_decompress_each_block_once() {
     }
 }
 
-fn read_u64(f: &File, pos: u64) -> u64 {
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, pos).unwrap();
-    u64::from_le_bytes(b)
-}
-
-/// Counts metadata blocks in `start..end` by following their 2-byte headers in the raw image.
-fn chain(f: &File, start: u64, end: u64) -> u64 {
-    let (mut pos, mut n) = (start, 0);
-    while pos < end {
-        let mut h = [0u8; 2];
-        f.read_exact_at(&mut h, pos).unwrap();
-        pos += 2 + (u16::from_le_bytes(h) & 0x7fff) as u64;
-        n += 1;
-    }
-    assert_eq!(pos, end, "metadata blocks overrun their table");
-    n
-}
-
 /// The metadata blocks a full walk that reads every file and every xattr needs, counted from
 /// the image's raw bytes: the compressor options, the inode and directory tables, and the
 /// fragment, id and xattr tables (not the export table, which a walk does not use).
 fn count_metadata_blocks(path: &Path, sb: &Superblock) -> u64 {
     let f = File::open(path).unwrap();
     let blocks_of = |bytes: u64| bytes.div_ceil(8192);
-    // The directory table ends where the first later table's first metadata block starts.
-    let id_first = read_u64(&f, sb.id_table_start);
-    let mut dir_end = id_first;
-    if sb.fragment_count > 0 {
-        dir_end = dir_end.min(read_u64(&f, sb.fragment_table_start));
-    }
-    if sb.has_export_table() {
-        dir_end = dir_end.min(read_u64(&f, sb.export_table_start));
-    }
-    let mut n = chain(&f, sb.inode_table_start, sb.directory_table_start)
-        + chain(&f, sb.directory_table_start, dir_end)
+    let (inode_blocks, dir_blocks) = raw::inode_and_directory_blocks(path);
+    let mut n = inode_blocks
+        + dir_blocks
         + blocks_of(sb.fragment_count as u64 * 16)
         + blocks_of(sb.id_count as u64 * 4);
     if sb.flags.has(Flags::COMPRESSOR_OPTIONS) {
         n += 1;
     }
     if sb.has_xattrs() {
-        let kv_start = read_u64(&f, sb.xattr_id_table_start);
+        let kv_start = raw::u64_at(&f, sb.xattr_id_table_start);
         let mut count = [0u8; 4];
         f.read_exact_at(&mut count, sb.xattr_id_table_start + 8)
             .unwrap();
         let ids = u32::from_le_bytes(count) as u64;
-        let first_id_block = read_u64(&f, sb.xattr_id_table_start + 16);
-        n += chain(&f, kv_start, first_id_block) + blocks_of(ids * 16);
+        let first_id_block = raw::u64_at(&f, sb.xattr_id_table_start + 16);
+        n += raw::metadata_blocks_in(&f, kv_start, first_id_block) + blocks_of(ids * 16);
     }
     n
 }

@@ -5,14 +5,16 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-fn u64_at(f: &File, pos: u64) -> u64 {
+/// The little-endian u64 at `pos` of the image file `f`.
+pub fn u64_at(f: &File, pos: u64) -> u64 {
     let mut b = [0u8; 8];
     f.read_exact_at(&mut b, pos).expect("read the image");
     u64::from_le_bytes(b)
 }
 
-/// Metadata blocks in `start..end`, found by following their 2-byte headers.
-fn chain(f: &File, start: u64, end: u64) -> u64 {
+/// Metadata blocks in `start..end` of the image file `f`, found by following their 2-byte
+/// headers; asserts that the last one ends exactly at `end`.
+pub fn metadata_blocks_in(f: &File, start: u64, end: u64) -> u64 {
     let (mut pos, mut n) = (start, 0);
     while pos < end {
         let mut h = [0u8; 2];
@@ -44,7 +46,7 @@ pub fn inode_and_directory_blocks(path: &Path) -> (u64, u64) {
         dir_end = dir_end.min(u64_at(&f, export_table));
     }
     (
-        chain(&f, inode_table, dir_table),
-        chain(&f, dir_table, dir_end),
+        metadata_blocks_in(&f, inode_table, dir_table),
+        metadata_blocks_in(&f, dir_table, dir_end),
     )
 }

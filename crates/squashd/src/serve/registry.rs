@@ -249,7 +249,7 @@ fn answers(mountpoint: &Path) -> bool {
 fn clear_dead_mount(mountpoint: &Path) {
     // statfs, not stat: the kernel answers a stat of the root from attributes it keeps forever
     // (an image never changes), even once the daemon is gone; statfs always asks the daemon.
-    let dead = statfs_errno(mountpoint) == Some(libc::ENOTCONN);
+    let dead = nix::sys::statfs::statfs(mountpoint).err() == Some(nix::errno::Errno::ENOTCONN);
     if dead && is_fuse_mount(mountpoint) {
         match squashd_fuse::unmount(mountpoint, true) {
             Ok(()) => eprintln!(
@@ -262,16 +262,6 @@ fn clear_dead_mount(mountpoint: &Path) {
             ),
         }
     }
-}
-
-/// The errno of a statfs of `path`, if it fails.
-fn statfs_errno(path: &Path) -> Option<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `c_path` is a valid C string and `buf` has room for one statfs.
-    let rc = unsafe { libc::statfs(c_path.as_ptr(), buf.as_mut_ptr()) };
-    (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 /// Whether /proc/self/mountinfo shows a squashd mount at `path`.

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A/B of `squashd serve` start-up on the 69 service images (E3-style), alternating variants:
+drop_caches, start the daemon with a config of every image, time until READY=1 (NOTIFY_SOCKET)
+and until an `ls` of every root has ended. Medians of 5.
+
+    sudo python3 bench/tools/ab_serve_start.py "" "threads=1" "ENV:MALLOC_ARENA_MAX=2"
+
+A variant is per-image mount options, or ENV:NAME=VALUE for the daemon's environment. The images
+are those bench/run.py built in bench/work/services."""
+import glob, json, os, socket, statistics, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SQUASHD = os.environ.get("SQUASHD", os.path.join(REPO, "target", "release", "squashd"))
+IMAGES = sorted(glob.glob(os.path.join(REPO, "bench", "work", "services", "*.sqfs")))
+
+
+def run(work, variant):
+    env = dict(os.environ)
+    opts = variant
+    if variant.startswith("ENV:"):
+        name, value = variant[4:].split("=", 1)
+        env[name], opts = value, ""
+    lines, mounts = [f"socket = {json.dumps(os.path.join(work, 'control.sock'))}", ""], []
+    for i, image in enumerate(IMAGES):
+        mnt = os.path.join(work, f"m{i:02d}")
+        os.makedirs(mnt, exist_ok=True)
+        mounts.append(mnt)
+        lines += ["[[image]]", f"path = {json.dumps(image)}", f"mountpoint = {json.dumps(mnt)}"]
+        lines += [f"options = {json.dumps(opts)}"] if opts else []
+    config = os.path.join(work, "serve.toml")
+    with open(config, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    notify = os.path.join(work, "notify.sock")
+    if os.path.exists(notify):
+        os.unlink(notify)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(notify)
+    sock.settimeout(60)
+    subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
+    env["NOTIFY_SOCKET"] = notify
+    start = time.perf_counter()
+    daemon = subprocess.Popen([SQUASHD, "serve", "--config", config], stderr=subprocess.DEVNULL, env=env)
+    try:
+        sock.recv(100)
+        ready = time.perf_counter() - start
+        for p in [subprocess.Popen(["ls", m], stdout=subprocess.DEVNULL) for m in mounts]:
+            p.wait()
+        listed = time.perf_counter() - start
+        threads = len(os.listdir(f"/proc/{daemon.pid}/task"))
+    finally:
+        daemon.terminate()
+        daemon.wait()
+        sock.close()
+    return ready, listed, threads
+
+
+def main():
+    variants = sys.argv[1:] or [""]
+    if not IMAGES:
+        sys.exit("no images in bench/work/services: run bench/run.py first")
+    results = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory(prefix="ab-serve-") as work:
+        for _ in range(5):
+            for v in variants:
+                results[v].append(run(work, v))
+    for v, runs in results.items():
+        print(f"{v or 'default':30s} ready {1000 * statistics.median(r[0] for r in runs):6.1f} ms"
+              f"  listed {1000 * statistics.median(r[1] for r in runs):6.1f} ms  threads {runs[0][2]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -33,7 +33,20 @@ fn squashd_mount(image: &Path, mnt: &Path, opts: &str) -> Output {
     cmd.stdin(Stdio::null()).output().unwrap()
 }
 
-fn mount(image: &Path, mnt: &Path, opts: &str) {
+/// Unmounts (lazily) on drop whatever is still mounted at its path, so that a failing test
+/// leaves no mount behind.
+#[must_use]
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+fn mount(image: &Path, mnt: &Path, opts: &str) -> MountGuard {
     fs::create_dir_all(mnt).unwrap();
     let out = squashd_mount(image, mnt, opts);
     assert!(
@@ -42,6 +55,7 @@ fn mount(image: &Path, mnt: &Path, opts: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(is_mounted(mnt), "{} is not in /proc/mounts", mnt.display());
+    MountGuard(mnt.to_path_buf())
 }
 
 fn umount(mnt: &Path) {
@@ -127,7 +141,7 @@ fn mounted_tree_matches_the_kernels_squashfs() {
         let image = built.image(name, extra);
         let (reference_root, kernel) = reference(&built, &image, name);
         let mnt = built.scratch(&format!("mnt-{name}"));
-        mount(&image, &mnt, "");
+        let _mounted = mount(&image, &mnt, "");
         let expected = testkit::walk_disk(&reference_root);
         let actual = testkit::walk_disk(&mnt);
         testkit::assert_records_eq(&expected, &actual, &format!("squashd mount of {name}"));
@@ -186,7 +200,7 @@ fn options_subdir_offset_and_owner() {
         .expect("a non-empty directory")
         .file_name();
     let mnt = built.scratch("mnt");
-    mount(
+    let _mounted = mount(
         &embedded,
         &mnt,
         &format!(
@@ -239,7 +253,7 @@ fn errors_a_user_expects_and_read_only() {
     let image = dir.path().join("i.sqfs");
     testkit::mksquashfs(&src, &image, &[]);
     let mnt = dir.path().join("mnt");
-    mount(&image, &mnt, "");
+    let _mounted = mount(&image, &mnt, "");
 
     assert_eq!(errno_of(fs::metadata(mnt.join("missing"))), libc::ENOENT);
     // A negative entry is cached, and still says ENOENT the second time.
@@ -299,7 +313,7 @@ fn truncated_image_gives_eio_and_the_daemon_stays() {
     // Data first, metadata at the end: cut the data off and keep the tables.
     testkit::mksquashfs(&src, &image, &["-comp", "gzip"]);
     let mnt = dir.path().join("mnt");
-    mount(&image, &mnt, "");
+    let _mounted = mount(&image, &mnt, "");
     let md = fs::metadata(mnt.join("big")).unwrap();
     assert_eq!(md.len(), data.len() as u64);
     // Cut the image to its first megabyte: most of big's blocks are gone.
@@ -420,7 +434,7 @@ fn idle_timeout_unmounts() {
     let image = dir.path().join("i.sqfs");
     testkit::mksquashfs(&src, &image, &[]);
     let mnt = dir.path().join("mnt");
-    mount(&image, &mnt, "timeout=0.5");
+    let _mounted = mount(&image, &mnt, "timeout=0.5");
     let deadline = Instant::now() + Duration::from_secs(10);
     while is_mounted(&mnt) {
         assert!(
@@ -458,7 +472,7 @@ fn a_hundred_mount_cycles_leave_nothing_behind() {
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     for i in 0..100 {
-        mount(&image, &mnt, "");
+        let _mounted = mount(&image, &mnt, "");
         assert_eq!(fs::read(mnt.join("f")).unwrap(), b"cycle", "cycle {i}");
         umount(&mnt);
         assert!(!is_mounted(&mnt), "cycle {i}");
@@ -506,7 +520,7 @@ fn control_socket_reports_counters_a_walk_is_held_to() {
     let (inode_blocks, dir_blocks) = testkit::raw::inode_and_directory_blocks(&image);
     let mnt = dir.path().join("mnt");
     let socket = dir.path().join("control.sock");
-    mount(&image, &mnt, &format!("control={}", socket.display()));
+    let _mounted = mount(&image, &mnt, &format!("control={}", socket.display()));
 
     // A walk that stats and reads everything decompresses every inode and directory block, and
     // none twice (the metadata budget holds them all); a few more blocks hold the id and

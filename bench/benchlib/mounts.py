@@ -256,7 +256,9 @@ class ServeDaemon:
         notify_path = os.path.join(self.dir, "notify.sock")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(notify_path)
-        sock.settimeout(0.01)
+        # READY=1 wakes the wait at once; the timeout only paces the fallback checks (the daemon
+        # died, or it never notifies), which cost a read of /proc/mounts per image.
+        sock.settimeout(0.5)
         env = dict(os.environ, NOTIFY_SOCKET=notify_path)
         for _, mnt in self.pairs:
             _live_mounts.add((_FuseUnmounter, mnt))

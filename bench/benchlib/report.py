@@ -150,7 +150,8 @@ def _e2_md(e2, label):
 
 def _e3_md(e3, label):
     out = [f"## E3: {e3['count']} service images", "",
-           "All mounted and their roots listed at once after drop_caches (time until all listed); memory after "
+           "All mounted at once after drop_caches, each root listed (in the harness's process) once its mount "
+           "is up: time until all are listed; memory after "
            "walking every image once (FUSE: RSS sum of the serving processes; kernel: slab growth).", ""]
     systems = [s for s in ORDER if s in e3["rows"]]
     if systems:

@@ -2,6 +2,7 @@
 //! printing; the work is done by squashd-core (reading images) and squashd-fuse (mounting).
 
 mod cli;
+mod control;
 mod mount;
 mod serve;
 mod size;

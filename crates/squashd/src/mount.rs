@@ -4,9 +4,9 @@
 //! it is what `mount -t fuse.squashd IMAGE DIR -o OPTIONS` and /etc/fstab entries run, with
 //! the arguments `IMAGE DIR [-n] [-s] [-v] [-o OPTIONS] [-t TYPE]`.
 
-use crate::serve::control::Controller;
-use crate::serve::protocol::{Request, Response};
-use crate::serve::report::{status, ServedImage};
+use crate::control::protocol::{Request, Response};
+use crate::control::report::{status, ServedImage};
+use crate::control::Controller;
 use crate::size::parse_size;
 use anyhow::{bail, Context};
 use squashd_core::{CacheBudgets, Image, OpenOptions};
@@ -248,7 +248,7 @@ impl LoneMountControl {
             mountpoint: mountpoint.to_path_buf(),
             served,
         };
-        crate::serve::control::listen(socket, Vec::new(), std::sync::Arc::new(control))?;
+        crate::control::listen(socket, Vec::new(), std::sync::Arc::new(control))?;
         Ok(SocketFile(socket.to_path_buf()))
     }
 }

@@ -1,6 +1,6 @@
 //! `squashd attach`, `detach` and `status`: clients of a running `squashd serve`.
 
-use super::protocol::{Request, Response, Status, DEFAULT_SOCKET};
+use crate::control::protocol::{Request, Response, Status, DEFAULT_SOCKET};
 use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -17,7 +17,7 @@
 //! Each `[[image]]` entry is checked on its own, so one bad entry is reported by name and the
 //! others still mount.
 
-use super::protocol::DEFAULT_SOCKET;
+use crate::control::protocol::DEFAULT_SOCKET;
 use crate::size::parse_size;
 use anyhow::{bail, Context};
 use serde::Deserialize;

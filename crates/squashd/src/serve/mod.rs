@@ -3,10 +3,7 @@
 
 mod client;
 mod config;
-pub(crate) mod control;
-pub(crate) mod protocol;
 mod registry;
-pub(crate) mod report;
 
 pub use client::{attach, detach, status, AttachArgs, DetachArgs, StatusArgs};
 
@@ -143,7 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = Arc::new(Registry::new(caches));
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot install signal handlers")?;
-    control::listen(&config.socket, config.allow_uids.clone(), registry.clone())?;
+    crate::control::listen(&config.socket, config.allow_uids.clone(), registry.clone())?;
     let failed = attach_all(&registry, &config.images);
     let total = config.images.len() + config.bad_entries.len();
     eprintln!(

@@ -2,8 +2,9 @@
 //! table of mounts (the control plane); requests to a mounted image never take it, and no two
 //! images share a lock on their read paths.
 
-use super::protocol::Status;
-use super::report::{status, ServedImage};
+use crate::control::protocol::{Request, Response, Status};
+use crate::control::report::{status, ServedImage};
+use crate::control::Controller;
 use crate::mount::parse_options;
 use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
@@ -274,4 +275,34 @@ fn is_fuse_mount(path: &Path) -> bool {
         let f: Vec<&str> = l.split(' ').collect();
         f.len() > 4 && f[4] == want && l.contains("fuse.squashd")
     })
+}
+
+impl Controller for Registry {
+    fn dispatch(&self, request: Request) -> Response {
+        let result = match request {
+            Request::Attach {
+                image,
+                mountpoint,
+                options,
+            } => self.attach(&image, &mountpoint, &options, false),
+            Request::Detach { mountpoint, lazy } => self.detach(&mountpoint, lazy),
+            Request::Status => return Response::Status(self.status()),
+        };
+        logged(result)
+    }
+}
+
+/// The response to a request that was carried out or failed, also written to the log.
+fn logged(result: anyhow::Result<String>) -> Response {
+    match result {
+        Ok(message) => {
+            eprintln!("squashd serve: {message}");
+            Response::Ok { message }
+        }
+        Err(e) => {
+            let message = format!("{e:#}");
+            eprintln!("squashd serve: {message}");
+            Response::Error { message }
+        }
+    }
 }

@@ -1,10 +1,13 @@
-//! The control socket: a Unix stream socket, mode 0600 (root-only by default; 0666 when the
-//! config's `allow_uids` names other users), where each connection carries one JSON request and
-//! gets one JSON response. The peer's credentials are checked on every connection.
+//! The control socket of `squashd serve`, and of a `squashd mount -o control=SOCKET`: a Unix
+//! stream socket, mode 0600 (root-only by default; 0666 when the daemon's config's `allow_uids`
+//! names other users), where each connection carries one JSON request and gets one JSON
+//! response. The peer's credentials are checked on every connection.
 
-use super::protocol::{Request, Response};
-use super::registry::Registry;
+pub(crate) mod protocol;
+pub(crate) mod report;
+
 use anyhow::Context;
+use protocol::{Request, Response};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -121,36 +124,6 @@ fn handle(conn: UnixStream, me: u32, allowed: &[u32], registry: &dyn Controller)
     if let Ok(mut text) = serde_json::to_string(&response) {
         text.push('\n');
         let _ = (&conn).write_all(text.as_bytes());
-    }
-}
-
-impl Controller for Registry {
-    fn dispatch(&self, request: Request) -> Response {
-        let result = match request {
-            Request::Attach {
-                image,
-                mountpoint,
-                options,
-            } => self.attach(&image, &mountpoint, &options, false),
-            Request::Detach { mountpoint, lazy } => self.detach(&mountpoint, lazy),
-            Request::Status => return Response::Status(self.status()),
-        };
-        logged(result)
-    }
-}
-
-/// The response to a request that was carried out or failed, also written to the log.
-fn logged(result: anyhow::Result<String>) -> Response {
-    match result {
-        Ok(message) => {
-            eprintln!("squashd serve: {message}");
-            Response::Ok { message }
-        }
-        Err(e) => {
-            let message = format!("{e:#}");
-            eprintln!("squashd serve: {message}");
-            Response::Error { message }
-        }
     }
 }
 

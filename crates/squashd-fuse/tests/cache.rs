@@ -27,14 +27,13 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    fs::create_dir(&src).unwrap();
     let random = data(4 << 20, 1);
     let sequential = data(8 << 20, 2);
-    fs::write(src.join("random"), &random).unwrap();
-    fs::write(src.join("sequential"), &sequential).unwrap();
-    let image_path = dir.path().join("i.sqfs");
-    testkit::mksquashfs(&src, &image_path, &["-comp", "zstd", "-b", "128K"]);
+    let image_path = testkit::image_of_files(
+        dir.path(),
+        &[("random", &random), ("sequential", &sequential)],
+        &["-comp", "zstd", "-b", "128K"],
+    );
     let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();

@@ -360,11 +360,7 @@ fn ready_fd_notify_socket_and_sigterm() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("f"), b"x").unwrap();
-    let image = dir.path().join("i.sqfs");
-    testkit::mksquashfs(&src, &image, &[]);
+    let image = testkit::image_of_files(dir.path(), &[("f", b"x")], &[]);
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
 
@@ -429,10 +425,7 @@ fn idle_timeout_unmounts() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    fs::create_dir_all(&src).unwrap();
-    let image = dir.path().join("i.sqfs");
-    testkit::mksquashfs(&src, &image, &[]);
+    let image = testkit::image_of_files(dir.path(), &[], &[]);
     let mnt = dir.path().join("mnt");
     let _mounted = mount(&image, &mnt, "timeout=0.5");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -464,11 +457,7 @@ fn a_hundred_mount_cycles_leave_nothing_behind() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("f"), b"cycle").unwrap();
-    let image = dir.path().join("i.sqfs");
-    testkit::mksquashfs(&src, &image, &[]);
+    let image = testkit::image_of_files(dir.path(), &[("f", b"cycle")], &[]);
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     for i in 0..100 {

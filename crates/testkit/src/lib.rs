@@ -40,8 +40,8 @@ mod tree;
 mod walk;
 
 pub use squashfs_tools::{
-    mksquashfs, unsquashfs, unsquashfs_extract, unsquashfs_extract_offset, unsquashfs_lls,
-    unsquashfs_stat, Built,
+    image_of_files, mksquashfs, unsquashfs, unsquashfs_extract, unsquashfs_extract_offset,
+    unsquashfs_lls, unsquashfs_stat, Built,
 };
 pub use tree::{big_dir_name, build_huge_sparse, build_tree, TreeOptions, HUGE_SPARSE_LEN};
 pub use walk::{

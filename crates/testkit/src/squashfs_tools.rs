@@ -34,6 +34,19 @@ pub fn mksquashfs(src: &Path, out: &Path, extra: &[&str]) {
         .args(extra));
 }
 
+/// Writes `files` (name, contents) into `dir/src` and builds `dir/i.sqfs` from it with
+/// `mksquashfs <extra>`; returns the image's path. For tests that need a small image of their own.
+pub fn image_of_files(dir: &Path, files: &[(&str, &[u8])], extra: &[&str]) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).expect("create the source directory");
+    for (name, contents) in files {
+        std::fs::write(src.join(name), contents).expect("write a source file");
+    }
+    let image = dir.join("i.sqfs");
+    mksquashfs(&src, &image, extra);
+    image
+}
+
 /// Runs `unsquashfs <args>` and returns its output; panics with its output on failure.
 pub fn unsquashfs<S: AsRef<OsStr>>(args: &[S]) -> Output {
     run(Command::new("unsquashfs").args(args))

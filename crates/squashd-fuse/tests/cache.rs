@@ -75,9 +75,14 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
         "one decompression per block"
     );
     // Each of those reads handed its whole block to the kernel's page cache, from a background
-    // thread: given a moment to finish, every other page of the file is a page-cache hit and
-    // none of the 992 reads below reaches the daemon (without the store, all of them would).
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // thread: once it has finished, every other page of the file is a page-cache hit and none
+    // of the 992 reads below reaches the daemon (without the store, all of them would). Wait
+    // for that by asking the kernel which pages it holds (mincore reads nothing), not by
+    // sleeping a guess, which a loaded machine can outlast.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while resident_pages(&file, random.len()) < pages && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let before = image.stats().data;
     for i in 0..pages {
         let page = (i * 389) % pages;
@@ -108,4 +113,28 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
 
     unmounter.unmount(false).unwrap();
     server.join().unwrap().unwrap();
+}
+
+/// How many of the first `len` bytes' pages of `file` are in the page cache, from mincore on a
+/// read-only mapping (which reads nothing).
+fn resident_pages(file: &fs::File, len: usize) -> usize {
+    let pages = len.div_ceil(4096);
+    let mut present = vec![0u8; pages];
+    // SAFETY: a private read-only mapping of `len` bytes of an open file, unmapped before
+    // returning; mincore writes one byte per page into `present`, which holds `pages` bytes.
+    unsafe {
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(map, libc::MAP_FAILED, "mmap");
+        let rc = libc::mincore(map, len, present.as_mut_ptr());
+        libc::munmap(map, len);
+        assert_eq!(rc, 0, "mincore");
+    }
+    present.iter().filter(|b| *b & 1 == 1).count()
 }

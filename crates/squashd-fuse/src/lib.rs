@@ -41,4 +41,4 @@ pub mod prefetch;
 mod session;
 
 pub use fs::{MountProbe, SquashFs};
-pub use session::{unmount, MountConfig, MountError, MountedImage, Unmounter};
+pub use session::{unmount, MountConfig, MountError, MountedImage, Serving, Unmounter};

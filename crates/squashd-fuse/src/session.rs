@@ -109,7 +109,8 @@ impl std::fmt::Display for MountError {
 
 impl std::error::Error for MountError {}
 
-/// A mounted image whose requests are not served yet: call [`MountedImage::run`].
+/// A mounted image whose requests are not served yet: call [`MountedImage::run`] or
+/// [`MountedImage::start`].
 ///
 /// Mounting starts no thread, so a daemon may fork between [`MountedImage::mount`] and
 /// [`MountedImage::run`]; requests wait in the kernel until then.
@@ -210,6 +211,14 @@ impl MountedImage {
     /// Serves requests until the file system is unmounted (by `umount`, an [`Unmounter`] or
     /// the idle timeout).
     pub fn run(self) -> io::Result<()> {
+        self.start()?.wait()
+    }
+
+    /// Starts serving requests on fuser's session threads and returns at once: the caller
+    /// needs no thread of its own to wait on the mount (a daemon serving dozens of images
+    /// saves one per image). [`Serving::wait`] (or [`Serving::wait_in_background`]) must be
+    /// called to release the session's /dev/fuse descriptor once the mount is gone.
+    pub fn start(self) -> io::Result<Serving> {
         let done = Arc::new(AtomicBool::new(false));
         if let (Some(activity), Some(timeout)) = (self.activity.clone(), self.idle_timeout) {
             let unmounter = self.unmounter();
@@ -224,7 +233,7 @@ impl MountedImage {
         // was mounted on the same path since (the next mount of a mount/umount loop). The
         // spawned session holds the mount in its handle, which is never dropped: our own
         // unmount paths (umount(8), signals, the idle timer) do the unmounting. This leaks the
-        // handle's /dev/fuse descriptor, which is closed below once the session is over.
+        // handle's /dev/fuse descriptor, which `wait` closes once the session is over.
         let device = {
             use std::os::fd::{AsFd, AsRawFd};
             self.session.as_fd().as_raw_fd()
@@ -233,7 +242,28 @@ impl MountedImage {
         // SAFETY: moves the join handle out of a value that is never dropped nor used again,
         // so the handle has exactly one owner.
         let thread = unsafe { std::ptr::read(&background.guard) };
-        let result = thread
+        Ok(Serving {
+            thread,
+            device,
+            done,
+        })
+    }
+}
+
+/// A mount being served by fuser's session threads (see [`MountedImage::start`]).
+#[derive(Debug)]
+pub struct Serving {
+    thread: std::thread::JoinHandle<io::Result<()>>,
+    device: std::os::fd::RawFd,
+    done: Arc<AtomicBool>,
+}
+
+impl Serving {
+    /// Waits until the file system is unmounted and its session threads have ended, then
+    /// releases its /dev/fuse descriptor.
+    pub fn wait(self) -> io::Result<()> {
+        let result = self
+            .thread
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
         if result.is_ok() {
@@ -241,13 +271,26 @@ impl MountedImage {
             // mount.
             // SAFETY: the session ended without error, so fuser joined every request
             // thread and dropped the session's own channel: the only owners of `device` left are
-            // the never-dropped, never-used handle above (its notifier sender and its mount
+            // the never-dropped, never-used handle of `start` (its notifier sender and its mount
             // record). Nothing can use or close the descriptor after this close. (On an error,
             // a panicked request thread may have left others running: keep the leak.)
-            unsafe { libc::close(device) };
+            unsafe { libc::close(self.device) };
         }
-        done.store(true, Ordering::Relaxed);
+        self.done.store(true, Ordering::Relaxed);
         result
+    }
+
+    /// Waits on a thread of its own (for a lazy unmount, whose session ends only once the
+    /// mount's last user is gone), logging an error under `name`.
+    pub fn wait_in_background(self, name: String) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("serving-reaper".into())
+            .spawn(move || {
+                if let Err(e) = self.wait() {
+                    eprintln!("squashd: {name}: {e}");
+                }
+            })
+            .map(drop)
     }
 }
 

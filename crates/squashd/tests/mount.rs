@@ -554,8 +554,12 @@ fn control_socket_reports_counters_a_walk_is_held_to() {
         .count() as u64;
     let entries = expected.len() as u64;
     let more = again["requests"].as_u64().unwrap() - requests;
+    // A few requests of slack: while other tests load the machine, a handful more reached the
+    // daemon in about one run of eight (4044 and 4052 where 4041 was the bound). Re-listing
+    // the 41 directories or looking up every entry again would still exceed it.
+    let slack = entries / 64;
     assert!(
-        more <= entries + files,
+        more <= entries + files + slack,
         "a second walk of {entries} entries ({files} files) sent {more} requests"
     );
 

@@ -330,6 +330,34 @@ fn serves_69_images_attached_in_parallel() {
     // READY=1 comes only once every image answers.
     let mounted = mounts_under(&scratch.path().join("mnt"));
     assert_eq!(mounted.len(), 69, "{mounted:?}\n{}", daemon.stderr());
+    // Ready means each root has answered a listing, which the kernel keeps: listing every root
+    // now (what a booting host does next) reaches no daemon thread, and shows the source's
+    // names.
+    let requests = |status: &Value| -> u64 {
+        status["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["requests"].as_u64().unwrap())
+            .sum()
+    };
+    let before = requests(&daemon.status());
+    for (src, _, mnt) in &images {
+        let names = |dir: &Path| {
+            let mut n: Vec<_> = fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(mnt), names(src), "{}", mnt.display());
+    }
+    assert_eq!(
+        requests(&daemon.status()),
+        before,
+        "listing the roots after READY=1 reached the daemon"
+    );
     std::thread::scope(|s| {
         for half in images.chunks(35) {
             s.spawn(move || {

@@ -239,23 +239,21 @@ fn answers(mountpoint: &Path) -> bool {
                 // is our root. (Reading /proc/self/mountinfo instead costs a walk of every
                 // mount, for each of dozens of images attached at once.)
                 if std::fs::metadata(&path).is_ok_and(|m| m.ino() == 1) {
-                    if std::fs::read_dir(&path).is_ok_and(|d| d.into_iter().all(|e| e.is_ok())) {
-                        let _ = tx.send(());
-                    }
+                    let lists = std::fs::read_dir(&path)
+                        .is_ok_and(|mut entries| entries.all(|e| e.is_ok()));
+                    let _ = tx.send(lists);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
-    let answered = rx
-        .recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
-        .is_ok();
+    let report = rx.recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1));
     // A probe that reported has ended (or is about to): join it, so that an attach leaves no
     // thread behind. One that did not is stuck in a stat of a mount that will be torn down.
-    if let (true, Ok(probe)) = (answered, probe) {
+    if let (Ok(_), Ok(probe)) = (report, probe) {
         let _ = probe.join();
     }
-    answered
+    report == Ok(true)
 }
 
 /// A squashd mount whose daemon died (killed, crashed) answers everything with ENOTCONN and

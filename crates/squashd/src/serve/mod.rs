@@ -3,6 +3,7 @@
 
 mod client;
 mod config;
+mod probe;
 mod registry;
 
 pub use client::{attach, detach, status, AttachArgs, DetachArgs, StatusArgs};

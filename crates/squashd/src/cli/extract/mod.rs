@@ -82,6 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         progress,
         xattr_failures: AtomicU64::new(0),
         devices_skipped: AtomicU64::new(0),
+        own_ids: write::own_ids(),
     };
     phase("plan");
     for (i, dir) in plan.dirs.iter().enumerate() {

@@ -171,3 +171,42 @@ fn never_writes_through_symlinks_in_the_destination() {
     extract_ok(&image, &dest, &["-f"]);
     testkit::assert_records_eq(&before, &testkit::walk_disk(&dest), "re-extraction with -f");
 }
+
+/// Entries owned by root keep root's group even when the destination is made inside a setgid
+/// directory of another group (whose group a new entry would otherwise inherit), as with
+/// `unsquashfs -d`: extraction skips the chown only where the owner is ours already.
+#[test]
+fn owners_hold_inside_a_setgid_parent() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    if !testkit::is_root() {
+        testkit::skip("owners_hold_inside_a_setgid_parent: setting owners needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("file"), b"x").unwrap();
+    std::fs::write(src.join("sub/deeper"), b"y").unwrap();
+    let image = dir.path().join("i.sqfs");
+    testkit::mksquashfs(&src, &image, &["-all-root"]);
+    let parent = dir.path().join("shared");
+    std::fs::create_dir(&parent).unwrap();
+    std::os::unix::fs::chown(&parent, Some(0), Some(4242)).unwrap();
+    std::fs::set_permissions(
+        &parent,
+        std::os::unix::fs::PermissionsExt::from_mode(0o2775),
+    )
+    .unwrap();
+    let dest = parent.join("out");
+    extract_ok(&image, &dest, &["-q"]);
+    for rel in ["", "file", "sub", "sub/deeper"] {
+        let meta = std::fs::symlink_metadata(dest.join(rel)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (0, 0),
+            "{rel}: owner as in the image (-all-root)"
+        );
+    }
+}

@@ -75,18 +75,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bar
     });
     write::clear_umask();
-    let writer = write::Writer {
+    let mut writer = write::Writer {
         image: &image,
         force: args.force,
         as_root: write::is_root(),
         progress,
         xattr_failures: AtomicU64::new(0),
         devices_skipped: AtomicU64::new(0),
-        own_ids: write::own_ids(),
+        own_ids: None,
     };
     phase("plan");
-    for (i, dir) in plan.dirs.iter().enumerate() {
-        writer.make_dir(dir, i == 0)?;
+    if let Some(dest) = plan.dirs.first() {
+        writer.make_dir(dest, true)?;
+        writer.own_ids = write::plain_ownership(&dest.path);
+    }
+    for dir in plan.dirs.iter().skip(1) {
+        writer.make_dir(dir, false)?;
     }
     phase("dirs");
     writer.write_files(&plan.files)?;

@@ -34,8 +34,9 @@ pub struct Writer<'a> {
     pub xattr_failures: AtomicU64,
     /// Device nodes skipped because we are not root.
     pub devices_skipped: AtomicU64,
-    /// Our effective user and group ids: what a file we create gets.
-    pub own_ids: (u32, u32),
+    /// The owner and group every entry we create under the destination gets, when that is
+    /// simply our own ids (see [`plain_ownership`]); `None` when it is not known.
+    pub own_ids: Option<(u32, u32)>,
 }
 
 /// Bytes gathered before a write: fewer, larger writes when blocks are small.
@@ -206,11 +207,11 @@ impl Writer<'_> {
     }
 
     /// Whether what we created for `inode` is owned as it should be already: made by us, in a
-    /// directory we made (none of ours is setgid until the very end), it has our ids. Saves a
-    /// chown per entry on images owned by root, i.e. most. Not when forced: an existing
-    /// directory may be setgid, giving its group to what is made in it.
+    /// directory we made, it has our ids (see [`plain_ownership`]). Saves a chown per entry on
+    /// images owned by root, i.e. most. Not when forced: an existing directory in the tree may
+    /// be setgid, giving its group to what is made in it.
     fn owned_already(&self, inode: &Inode) -> bool {
-        !self.force && (inode.uid, inode.gid) == self.own_ids
+        !self.force && self.own_ids == Some((inode.uid, inode.gid))
     }
 
     fn xattr_refused(&self, e: io::Error, name: &[u8], path: &Path) -> anyhow::Result<()> {
@@ -406,10 +407,16 @@ pub fn clear_umask() {
     }
 }
 
-/// This process's effective user and group ids.
-pub fn own_ids() -> (u32, u32) {
+/// The ids every entry we create under `dest` (a directory we just made) gets: our effective
+/// user and group, unless `dest` is setgid or has another group, which happens when its parent
+/// is setgid (its group then passes to everything made below). Our own directories stay
+/// without the setgid bit until their modes are set, last of all.
+pub fn plain_ownership(dest: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dest).ok()?;
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    let ids = unsafe { (libc::geteuid(), libc::getegid()) };
+    (meta.mode() & libc::S_ISGID == 0 && meta.gid() == ids.1).then_some(ids)
 }
 
 /// Whether this process may set owners and create device nodes.

@@ -211,7 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("readiness".into())
         .spawn(move || {
-            if wait_until_answering(&mountpoint) {
+            if root_answers(&mountpoint, Duration::from_secs(30)) {
                 announce_ready(ready_fd, parent_pipe);
             } else {
                 eprintln!(
@@ -334,14 +334,22 @@ fn watch_signals(unmounter: Unmounter) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until the mount point shows our root (node 1), served by the worker threads.
-fn wait_until_answering(mountpoint: &Path) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// Whether the mount on `mountpoint` answers within `timeout`: a stat shows our root (node 1),
+/// which only the new mount's worker threads can have served, and the root lists. The listing
+/// stays in the kernel's cache (every directory is cached as FOPEN_CACHE_DIR), so the first
+/// `ls` of the root once the mount is announced costs no round trip. The first stat normally
+/// blocks until the workers answer, so the loop rarely sleeps.
+pub(crate) fn root_answers(mountpoint: &Path, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if matches!(std::fs::metadata(mountpoint), Ok(m) if m.ino() == 1) {
-            return true;
+        // mount(2) has returned, so the path leads into the new mount: node 1 there is our
+        // root. (Reading /proc/self/mountinfo instead costs a walk of every mount, for each of
+        // dozens of images a daemon attaches at once.)
+        if std::fs::metadata(mountpoint).is_ok_and(|m| m.ino() == 1) {
+            return std::fs::read_dir(mountpoint)
+                .is_ok_and(|mut entries| entries.all(|e| e.is_ok()));
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
     false
 }

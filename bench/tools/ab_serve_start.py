@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """A/B of `squashd serve` start-up on the 69 service images (E3-style), alternating variants:
 drop_caches, start the daemon with a config of every image, time until READY=1 (NOTIFY_SOCKET)
-and until an `ls` of every root has ended. Medians of 5.
+and until an `ls` of every root has ended. Medians of 5 (RUNS=N for more).
 
     sudo python3 bench/tools/ab_serve_start.py "" "threads=1" "ENV:MALLOC_ARENA_MAX=2"
 
-A variant is per-image mount options, or ENV:NAME=VALUE for the daemon's environment. The images
+A variant is per-image mount options, ENV:NAME=VALUE for the daemon's environment, or BIN:PATH for
+another squashd binary (to compare two builds). The images
 are those bench/run.py built in bench/work/services."""
 import glob, json, os, socket, statistics, subprocess, sys, tempfile, time
 
@@ -17,10 +18,12 @@ IMAGES = sorted(glob.glob(os.path.join(REPO, "bench", "work", "services", "*.sqf
 
 def run(work, variant):
     env = dict(os.environ)
-    opts = variant
+    opts, binary = variant, SQUASHD
     if variant.startswith("ENV:"):
         name, value = variant[4:].split("=", 1)
         env[name], opts = value, ""
+    elif variant.startswith("BIN:"):
+        binary, opts = variant[4:], ""
     lines, mounts = [f"socket = {json.dumps(os.path.join(work, 'control.sock'))}", ""], []
     for i, image in enumerate(IMAGES):
         mnt = os.path.join(work, f"m{i:02d}")
@@ -40,7 +43,7 @@ def run(work, variant):
     subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
     env["NOTIFY_SOCKET"] = notify
     start = time.perf_counter()
-    daemon = subprocess.Popen([SQUASHD, "serve", "--config", config], stderr=subprocess.DEVNULL, env=env)
+    daemon = subprocess.Popen([binary, "serve", "--config", config], stderr=subprocess.DEVNULL, env=env)
     try:
         sock.recv(100)
         ready = time.perf_counter() - start
@@ -61,7 +64,7 @@ def main():
         sys.exit("no images in bench/work/services: run bench/run.py first")
     results = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="ab-serve-") as work:
-        for _ in range(5):
+        for _ in range(int(os.environ.get("RUNS", "5"))):
             for v in variants:
                 results[v].append(run(work, v))
     for v, runs in results.items():

@@ -285,7 +285,11 @@ fn init_logging() {
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_target(false)
-                .without_time(),
+                .without_time()
+                // By default a failed write is reported with `eprintln!`, which panics when
+                // stderr is a closed pipe (`squashd mount -f 2>&1 | head`): the process then
+                // aborted mid-mount and left a dead mount behind.
+                .log_internal_errors(false),
         )
         .with(filter)
         .try_init();

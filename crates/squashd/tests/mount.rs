@@ -420,6 +420,53 @@ fn ready_fd_notify_socket_and_sigterm() {
 }
 
 #[test]
+fn logs_at_squashd_log_and_outlives_a_closed_stderr() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = testkit::image_of_files(dir.path(), &[("f", b"x")], &[]);
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let _guard = MountGuard(mnt.clone());
+    let mut child = Command::new(SQUASHD)
+        .arg("mount")
+        .arg(&image)
+        .arg(&mnt)
+        .arg("-f")
+        .env("SQUASHD_LOG", "debug")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // fuser's own `log` records reach the log: the first is its "Mounting" line.
+    let mut stderr = child.stderr.take().unwrap();
+    let mut first = Vec::new();
+    let mut byte = [0u8; 1];
+    while stderr.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+        first.push(byte[0]);
+    }
+    let first = String::from_utf8_lossy(&first);
+    assert!(first.contains("Mounting"), "first log line: {first:?}");
+    // Nobody reads the log any more: the mount must still come up, answer and unmount on
+    // SIGTERM (the logger used to panic on EPIPE and abort mid-mount, leaving a dead mount).
+    drop(stderr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs::read(mnt.join("f")).ok().as_deref() != Some(b"x".as_slice()) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon died after its stderr closed"
+        );
+        assert!(Instant::now() < deadline, "the mount never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
 fn idle_timeout_unmounts() {
     if !testkit::can_mount() {
         return;

@@ -5,9 +5,10 @@
 mod common;
 
 use common::walk_image;
-use squashd_core::{ErrorKind, Flags, Image, Inode, OpenOptions};
+use squashd_core::{ChunkRead, ErrorKind, Flags, Image, Inode, OpenOptions};
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use testkit::{assert_records_eq, big_dir_name, walk_disk, Built, Record, TreeOptions};
 
@@ -202,6 +203,7 @@ fn check_image(built: &Built, expected: &[Record], image: &Image, path: &Path, n
     check_lookups(image, built.opts.many_entries);
     check_errors(image);
     check_reads(image, &built.src);
+    check_positions(image, path, &built.src);
 }
 
 /// Inode numbers are 1..=inode_count; through the export table each number finds its inode.
@@ -369,6 +371,60 @@ fn check_reads(image: &Image, src: &Path) {
                 assert_eq!(n, expect.len(), "{rel}: read_at({off}, {len})");
                 assert!(buf[..n] == *expect, "{rel}: read_at({off}, {len}) bytes");
             }
+        }
+    }
+}
+
+/// Where file data lies, as extraction's read-ahead uses it: every stored chunk has a position
+/// inside the image, holes have none, and a file's data position is that of its first stored
+/// chunk. In an image with uncompressed data, the image bytes at a full block's position are
+/// the source file's bytes, which checks the positions themselves.
+fn check_positions(image: &Image, path: &Path, src: &Path) {
+    let sb = image.superblock();
+    let bs = sb.block_size as u64;
+    let raw = sb.flags.has(Flags::UNCOMPRESSED_DATA);
+    let image_file = fs::File::open(path).unwrap();
+    for rel in [
+        "files/rand-1048577",
+        "files/text-131073",
+        "files/rand-4095",
+        "small/s05",
+        "sparse/middle",
+        "sparse/striped",
+        "dup/one",
+        "dup/two",
+    ] {
+        let want = fs::read(src.join(rel)).unwrap();
+        let size = want.len() as u64;
+        let inode = image.resolve_path(rel.as_bytes()).unwrap();
+        let reader = image.open_file(&inode).unwrap();
+        let mut block = Vec::new();
+        let mut first = None;
+        for i in 0..reader.chunk_count() {
+            let pos = reader.chunk_position(i);
+            match reader.read_chunk_into(i, &mut block).unwrap() {
+                ChunkRead::Hole(_) => assert_eq!(pos, None, "{rel}: hole {i} has a position"),
+                ChunkRead::Data => {
+                    let pos = pos.unwrap_or_else(|| panic!("{rel}: chunk {i} has no position"));
+                    assert!(pos < sb.bytes_used, "{rel}: chunk {i} at {pos}");
+                    first.get_or_insert(pos);
+                    if raw && (i + 1) * bs <= size {
+                        let mut stored = vec![0u8; bs as usize];
+                        image_file
+                            .read_exact_at(&mut stored, image.offset() + pos)
+                            .unwrap();
+                        let from = (i * bs) as usize;
+                        assert!(
+                            stored == want[from..from + bs as usize],
+                            "{rel}: the image bytes at block {i}'s position"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(reader.chunk_position(reader.chunk_count()), None);
+        if first.is_some() {
+            assert_eq!(image.data_position(&inode), first, "{rel}: data position");
         }
     }
 }

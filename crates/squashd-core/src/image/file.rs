@@ -205,6 +205,26 @@ impl FileReader {
         })
     }
 
+    /// Where the stored bytes of chunk `index` begin in the image: its data block, or the
+    /// fragment block holding the tail end. `None` for a hole, past the end of the file, or a
+    /// fragment the table cannot give. For read-ahead ([`Image::read_ahead`]).
+    pub fn chunk_position(&self, index: u64) -> Option<u64> {
+        if index >= self.chunk_count() {
+            return None;
+        }
+        match self.blocks.get(index) {
+            Some(Some(block)) => Some(block.start),
+            Some(None) => None,
+            None if self.body.has_fragment() => self
+                .image
+                .inner
+                .fragment(self.body.fragment_index)
+                .ok()
+                .map(|f| f.start),
+            None => None,
+        }
+    }
+
     /// Length of chunk `index`, or an error past the end of the file.
     fn chunk_len(&self, index: u64) -> Result<usize> {
         let bs = self.block_size() as u64;

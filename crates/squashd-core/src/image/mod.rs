@@ -15,6 +15,7 @@ mod xattr;
 pub use caches::{CacheBudgets, Caches};
 pub use dir::DirEntry;
 pub use file::{Chunk, ChunkRead, FileReader};
+use inode::InodeDetail;
 pub use inode::{Inode, InodeId};
 pub use xattr::Xattr;
 
@@ -242,6 +243,38 @@ impl Image {
         let start = sb.inode_table_start.min(sb.bytes_used);
         let len = sb.bytes_used - start;
         self.inner.source.will_need(self.inner.offset + start, len);
+    }
+
+    /// Asks the source to fetch image bytes `pos..pos + len` (positions as
+    /// [`Image::data_position`] and [`FileReader::chunk_position`] give them) in the background,
+    /// for a reader that knows what it will read next: extraction streams the image ahead of
+    /// its writers this way. Bytes past the image's end are ignored.
+    pub fn read_ahead(&self, pos: u64, len: u64) {
+        let end = self.inner.superblock.bytes_used;
+        let len = len.min(end.saturating_sub(pos));
+        if len > 0 {
+            self.inner.source.will_need(self.inner.offset + pos, len);
+        }
+    }
+
+    /// Where regular file `inode`'s data begins in the image: its first data block, or the
+    /// fragment block holding its tail end; `None` for other inodes, empty files and a
+    /// fragment the table cannot give. For reading many files in the order of their data,
+    /// so that the image is read front to back; it is an ordering hint, not a bound.
+    pub fn data_position(&self, inode: &Inode) -> Option<u64> {
+        let InodeDetail::File { body, .. } = &inode.detail else {
+            return None;
+        };
+        if body.block_count(self.inner.superblock.block_size) > 0 {
+            Some(body.blocks_start)
+        } else if body.has_fragment() {
+            self.inner
+                .fragment(body.fragment_index)
+                .ok()
+                .map(|f| f.start)
+        } else {
+            None
+        }
     }
 
     /// The id of the root directory's inode.

@@ -7,6 +7,7 @@
 //!
 //! `SQUASHD_TIMING=1` in the environment prints the time at the end of each step on stderr.
 
+mod files;
 mod plan;
 mod write;
 
@@ -64,7 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let selection = plan::Selection::new(&paths)?;
-    let plan = plan::plan(&image, &selection, &args.dest)?;
+    let mut plan = plan::plan(&image, &selection, &args.dest)?;
+    let spans = files::order_by_data(&image, &mut plan.files);
     let progress = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(plan.total_bytes);
         if let Ok(style) = ProgressStyle::with_template(
@@ -93,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         writer.make_dir(dir, false)?;
     }
     phase("dirs");
-    writer.write_files(&plan.files)?;
+    files::write_files(&writer, &plan.files, &spans)?;
     phase("files");
     for job in &plan.specials {
         writer.make_special(job)?;

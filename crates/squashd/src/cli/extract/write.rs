@@ -7,10 +7,10 @@
 //! created with O_EXCL | O_NOFOLLOW, so a name that exists (a duplicate name in a hostile image,
 //! a symlink left in the destination) is never written through.
 
+use super::files::OpenFile;
 use super::plan::Job;
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
-use rayon::prelude::*;
 use squashd_core::{ChunkRead, FileKind, Image, Inode};
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, FileTimes, OpenOptions};
@@ -44,8 +44,6 @@ const WRITE_BUFFER: usize = 1 << 20;
 /// Blocks at least this large are written from where they were decompressed: gathering them
 /// would copy every byte once more (6 GB for a /usr image) to save a system call per 64 KiB.
 const DIRECT_WRITE: usize = 64 << 10;
-/// Files of more chunks than this are split among threads.
-const SPLIT_CHUNKS: u64 = 32;
 
 fn mtime(inode: &Inode) -> FileTimes {
     let t = UNIX_EPOCH + Duration::from_secs(inode.mtime as u64);
@@ -106,12 +104,8 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Writes the regular files, in parallel.
-    pub fn write_files(&self, files: &[Job]) -> anyhow::Result<()> {
-        files.par_iter().try_for_each(|job| self.write_file(job))
-    }
-
-    fn write_file(&self, job: &Job) -> anyhow::Result<()> {
+    /// Creates the file of `job` (exclusively, never through a symlink) and opens its contents.
+    pub fn create_file(&self, job: &Job) -> anyhow::Result<OpenFile> {
         let path = &job.path;
         self.clear(path)?;
         // Created with its final permissions (the umask is 0) when nothing needs them later:
@@ -130,54 +124,61 @@ impl Writer<'_> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| io_context(e, "cannot create", path))?;
-        let reader = self.image.open_file(&job.inode)?;
-        let count = reader.chunk_count();
+        Ok(OpenFile {
+            file,
+            reader: self.image.open_file(&job.inode)?,
+            create_mode,
+        })
+    }
+
+    /// Writes chunks `first..end` of an open file; returns whether they held a hole.
+    pub fn write_chunks(
+        &self,
+        open: &OpenFile,
+        path: &Path,
+        first: u64,
+        end: u64,
+    ) -> anyhow::Result<bool> {
+        let reader = &open.reader;
         let bs = reader.block_size() as u64;
-        let write_range = |first: u64, end: u64| -> anyhow::Result<bool> {
-            let mut pending = PendingWrite::new(&file, first * bs);
-            let mut holes = false;
-            // Each block is read once: decompress it into this thread's buffer, not the cache.
-            BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
-                let mut block = block.borrow_mut();
-                for i in first..end {
-                    let written = match reader.read_chunk_into(i, &mut block)? {
-                        ChunkRead::Hole(len) => {
-                            holes = true;
-                            pending.skip(i * bs + len as u64)
-                        }
-                        ChunkRead::Data => pending.add(i * bs, &block, i + 1 == end),
-                    };
-                    written.map_err(|e| io_context(e, "cannot write", path))?;
-                }
-                Ok(())
-            })?;
-            pending
-                .flush()
-                .map_err(|e| io_context(e, "cannot write", path))?;
-            if let Some(bar) = &self.progress {
-                bar.inc((end * bs).min(reader.size()) - first * bs);
+        let mut pending = PendingWrite::new(&open.file, first * bs);
+        let mut holes = false;
+        // Each block is read once: decompress it into this thread's buffer, not the cache.
+        BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
+            let mut block = block.borrow_mut();
+            for i in first..end {
+                let written = match reader.read_chunk_into(i, &mut block)? {
+                    ChunkRead::Hole(len) => {
+                        holes = true;
+                        pending.skip(i * bs + len as u64)
+                    }
+                    ChunkRead::Data => pending.add(i * bs, &block, i + 1 == end),
+                };
+                written.map_err(|e| io_context(e, "cannot write", path))?;
             }
-            Ok(holes)
-        };
-        let holes = if count > SPLIT_CHUNKS {
-            let ranges: Vec<(u64, u64)> = (0..count)
-                .step_by(SPLIT_CHUNKS as usize)
-                .map(|s| (s, (s + SPLIT_CHUNKS).min(count)))
-                .collect();
-            ranges
-                .into_par_iter()
-                .map(|(s, e)| write_range(s, e))
-                .collect::<anyhow::Result<Vec<bool>>>()?
-                .contains(&true)
-        } else {
-            write_range(0, count)?
-        };
+            Ok(())
+        })?;
+        pending
+            .flush()
+            .map_err(|e| io_context(e, "cannot write", path))?;
+        if let Some(bar) = &self.progress {
+            bar.inc((end * bs).min(reader.size()).saturating_sub(first * bs));
+        }
+        Ok(holes)
+    }
+
+    /// Gives a file whose chunks are all written its size (when it ends in a hole, never
+    /// written), owner, xattrs, mode and times.
+    pub fn finish_file(&self, open: &OpenFile, job: &Job, holes: bool) -> anyhow::Result<()> {
+        let path = &job.path;
         if holes {
             // A trailing hole is never written: give the file its size without allocating it.
-            file.set_len(reader.size())
+            open.file
+                .set_len(open.reader.size())
                 .map_err(|e| io_context(e, "cannot set the size of", path))?;
         }
-        self.finish_fd(&file, &job.inode, path, create_mode != perms)
+        let perms = job.inode.permissions as u32;
+        self.finish_fd(&open.file, &job.inode, path, open.create_mode != perms)
     }
 
     /// Owner, xattrs, mode and times of an open file or directory, in the order that keeps

@@ -2,8 +2,12 @@
 //!
 //! Two steps: [`plan`] walks the selected tree (in parallel) into lists of jobs whose paths are
 //! the destination joined with checked names; [`write`] creates them in a safe order:
-//! directories, file contents (in parallel), special files, symlinks, hard links, then the
+//! directories, file contents ([`files`]: in parallel, in the order of their data in the image,
+//! which is read ahead of the writers), special files, symlinks, hard links, then the
 //! directories' own attributes, deepest first, once nothing more will be written inside them.
+//! (Making directories as the files need them instead, to overlap the 0.6 s of making a /usr
+//! image's 19,000 directories, measured 30% slower: ext4 then placed inodes so that allocating
+//! them scanned far more.)
 //!
 //! `SQUASHD_TIMING=1` in the environment prints the time at the end of each step on stderr.
 

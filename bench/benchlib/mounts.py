@@ -8,6 +8,7 @@ down whatever is left, so an interrupted run leaves no mount, loop device or dae
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -330,6 +331,8 @@ class ServeDaemon:
             if mounted(mnt):
                 _FuseUnmounter.unmount(mnt)
             _live_mounts.discard((_FuseUnmounter, mnt))
+        # Its config, log and sockets: every run used to leave a directory of them behind.
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class _FuseUnmounterClass(System):

@@ -66,15 +66,30 @@ pub fn write_files(writer: &Writer, files: &[Job], spans: &[(u64, u64)]) -> anyh
         let read_ahead = std::thread::Builder::new()
             .name("read-ahead".into())
             .spawn_scoped(scope, || read_ahead(image, spans, &positions));
-        let result = files
+        // Stops the read-ahead however the writers end, a panic included: the scope joins it.
+        let _stop = StopReadAhead {
+            positions: &positions,
+            thread: read_ahead.ok().map(|t| t.thread().clone()),
+        };
+        files
             .par_iter()
-            .try_for_each(|job| write_file(writer, job, &positions));
-        positions.done.store(true, Ordering::Relaxed);
-        if let Ok(thread) = read_ahead {
-            thread.thread().unpark();
-        }
-        result
+            .try_for_each(|job| write_file(writer, job, &positions))
     })
+}
+
+/// Tells the read-ahead thread to end, when dropped.
+struct StopReadAhead<'a> {
+    positions: &'a Positions,
+    thread: Option<std::thread::Thread>,
+}
+
+impl Drop for StopReadAhead<'_> {
+    fn drop(&mut self) {
+        self.positions.done.store(true, Ordering::Relaxed);
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+    }
 }
 
 fn write_file(writer: &Writer, job: &Job, positions: &Positions) -> anyhow::Result<()> {

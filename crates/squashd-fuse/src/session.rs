@@ -287,7 +287,9 @@ impl Serving {
             .name("serving-reaper".into())
             .spawn(move || {
                 if let Err(e) = self.wait() {
-                    eprintln!("squashd: {name}: {e}");
+                    // Not eprintln!: it panics when stderr is gone.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "squashd: {name}: {e}");
                 }
             })
             .map(drop)

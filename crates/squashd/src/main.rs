@@ -1,6 +1,16 @@
 //! squashd: serve SquashFS images fast. This binary is thin glue: argument parsing and
 //! printing; the work is done by squashd-core (reading images) and squashd-fuse (mounting).
 
+/// `eprintln!` for the daemons (`serve`, a lone mount): a log line that cannot be written (stderr
+/// a closed pipe, a journal gone) is dropped instead of panicking, which would take every
+/// mount of the process down with it.
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cli;
 mod control;
 mod mount;

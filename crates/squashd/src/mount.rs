@@ -214,7 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if root_answers(&mountpoint, Duration::from_secs(30)) {
                 announce_ready(ready_fd, parent_pipe);
             } else {
-                eprintln!(
+                log_line!(
                     "squashd: {}: the mount does not answer",
                     mountpoint.display()
                 );

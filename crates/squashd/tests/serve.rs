@@ -152,6 +152,13 @@ impl Daemon {
     /// Starts `squashd serve -c scope/<name>.toml` with `config` (the socket line is added),
     /// with NOTIFY_SOCKET pointing at a datagram socket of the test's own.
     fn start(scope: &Path, name: &str, config: &str) -> Daemon {
+        let stderr = scope.join(format!("{name}.err"));
+        let file = fs::File::create(&stderr).unwrap();
+        Daemon::start_with(scope, name, config, file.into())
+    }
+
+    /// [`Daemon::start`] with the daemon's stderr given (then `stderr()` reads nothing).
+    fn start_with(scope: &Path, name: &str, config: &str, stderr_to: Stdio) -> Daemon {
         let socket = scope.join(format!("{name}.sock"));
         let config_path = scope.join(format!("{name}.toml"));
         fs::write(
@@ -168,7 +175,7 @@ impl Daemon {
             .env("NOTIFY_SOCKET", &notify_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(fs::File::create(&stderr).unwrap())
+            .stderr(stderr_to)
             .spawn()
             .unwrap();
         Daemon {
@@ -661,6 +668,33 @@ fn damaged_image_fails_alone_and_bad_entries_are_named() {
         assert_eq!(entry["health"], "ok", "{entry}");
         assert_eq!(entry["errors"], 0, "{entry}");
     }
+    assert!(daemon.is_running());
+    daemon.terminate();
+}
+
+#[test]
+fn keeps_serving_when_its_stderr_is_gone() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 2);
+    let [a, b] = [&images[0], &images[1]];
+    // stderr is a pipe nobody reads: its read end is closed before the daemon writes a line.
+    let mut daemon = Daemon::start_with(
+        scratch.path(),
+        "no-stderr",
+        &image_entry(&a.1, &a.2, ""),
+        Stdio::piped(),
+    );
+    drop(daemon.child.stderr.take());
+    // It logs how many images it attached before READY=1, and one line per attach and detach:
+    // each write fails with EPIPE, and none may take the daemon down.
+    daemon.wait_ready(Duration::from_secs(30));
+    assert_eq!(daemon.attach(&b.1, &b.2)["result"], "ok");
+    assert_same_tree(&b.0, &b.2);
+    assert_eq!(daemon.detach(&b.2)["result"], "ok");
+    assert_same_tree(&a.0, &a.2);
     assert!(daemon.is_running());
     daemon.terminate();
 }

@@ -44,7 +44,7 @@ fn load(args: &Args) -> anyhow::Result<Config> {
         config.socket = socket.clone();
     }
     for bad in &config.bad_entries {
-        eprintln!("squashd serve: skipping {bad}");
+        log_line!("squashd serve: skipping {bad}");
     }
     Ok(config)
 }
@@ -76,10 +76,10 @@ fn attach_all(registry: &Registry, entries: &[config::ImageEntry]) -> usize {
     let mut failed = 0;
     for (e, result) in entries.iter().zip(results) {
         match result.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(Ok(message)) => eprintln!("squashd serve: {message}"),
+            Some(Ok(message)) => log_line!("squashd serve: {message}"),
             Some(Err(err)) => {
                 failed += 1;
-                eprintln!(
+                log_line!(
                     "squashd serve: cannot attach {}: {err:#}",
                     e.mountpoint.display()
                 );
@@ -98,7 +98,7 @@ fn reload(registry: &Registry, args: &Args) {
     let config = match load(args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("squashd serve: reload failed, keeping the current images: {e:#}");
+            log_line!("squashd serve: reload failed, keeping the current images: {e:#}");
             return;
         }
     };
@@ -120,8 +120,8 @@ fn reload(registry: &Registry, args: &Args) {
         });
         if !same {
             match registry.detach(&mountpoint, true) {
-                Ok(m) => eprintln!("squashd serve: {m}"),
-                Err(e) => eprintln!("squashd serve: {e:#}"),
+                Ok(m) => log_line!("squashd serve: {m}"),
+                Err(e) => log_line!("squashd serve: {e:#}"),
             }
         }
     }
@@ -144,14 +144,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::control::listen(&config.socket, config.allow_uids.clone(), registry.clone())?;
     let failed = attach_all(&registry, &config.images);
     let total = config.images.len() + config.bad_entries.len();
-    eprintln!(
+    log_line!(
         "squashd serve: {} of {total} images attached; control socket {}",
         total - failed - config.bad_entries.len(),
         config.socket.display()
     );
     if let Some(socket) = std::env::var_os("NOTIFY_SOCKET") {
         if let Err(e) = crate::mount::notify_systemd(std::path::Path::new(&socket)) {
-            eprintln!("squashd serve: cannot notify systemd: {e}");
+            log_line!("squashd serve: cannot notify systemd: {e}");
         }
     }
     for signal in signals.forever() {

@@ -80,11 +80,11 @@ pub(super) fn clear_dead_mount(mountpoint: &Path) {
     let dead = nix::sys::statfs::statfs(mountpoint).err() == Some(nix::errno::Errno::ENOTCONN);
     if dead && is_fuse_mount(mountpoint) {
         match squashd_fuse::unmount(mountpoint, true) {
-            Ok(()) => eprintln!(
+            Ok(()) => log_line!(
                 "squashd serve: {}: detached a dead squashd mount left there",
                 mountpoint.display()
             ),
-            Err(e) => eprintln!(
+            Err(e) => log_line!(
                 "squashd serve: {}: cannot detach the dead mount left there: {e}",
                 mountpoint.display()
             ),

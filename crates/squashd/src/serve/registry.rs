@@ -167,7 +167,7 @@ impl Registry {
                 .serving
                 .wait_in_background(key.display().to_string());
         } else if let Err(e) = attached.serving.wait() {
-            eprintln!("squashd serve: {}: {e}", key.display());
+            log_line!("squashd serve: {}: {e}", key.display());
         }
         Ok(format!("detached {}", key.display()))
     }
@@ -177,7 +177,7 @@ impl Registry {
         let all = std::mem::take(&mut *self.table());
         for (mountpoint, attached) in all {
             if let Err(e) = attached.unmounter.unmount(true) {
-                eprintln!(
+                log_line!(
                     "squashd serve: {}: cannot unmount: {e}",
                     mountpoint.display()
                 );
@@ -234,12 +234,12 @@ impl Controller for Registry {
 fn logged(result: anyhow::Result<String>) -> Response {
     match result {
         Ok(message) => {
-            eprintln!("squashd serve: {message}");
+            log_line!("squashd serve: {message}");
             Response::Ok { message }
         }
         Err(e) => {
             let message = format!("{e:#}");
-            eprintln!("squashd serve: {message}");
+            log_line!("squashd serve: {message}");
             Response::Error { message }
         }
     }

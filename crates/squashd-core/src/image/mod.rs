@@ -241,8 +241,7 @@ impl Image {
     pub fn read_ahead_metadata(&self) {
         let sb = &self.inner.superblock;
         let start = sb.inode_table_start.min(sb.bytes_used);
-        let len = sb.bytes_used - start;
-        self.inner.source.will_need(self.inner.offset + start, len);
+        self.read_ahead(start, sb.bytes_used - start);
     }
 
     /// Asks the source to fetch image bytes `pos..pos + len` (positions as

@@ -325,22 +325,27 @@ fn check_errors(image: &Image) {
     assert!(reader.chunk(1).is_err());
 }
 
+/// Files of the fixture tree that [`check_reads`] and [`check_positions`] look at: blocks,
+/// tails, a lone fragment, holes, a hard link and a duplicate.
+const SAMPLE_FILES: [&str; 11] = [
+    "files/rand-1048577",
+    "files/text-131073",
+    "files/rand-4095",
+    "files/text-393216",
+    "files/mixed-300000",
+    "small/s05",
+    "sparse/middle",
+    "sparse/striped",
+    "links/trio-a",
+    "dup/one",
+    "dup/two",
+];
+
 /// Reads at odd offsets and lengths across block and fragment boundaries, checked against the
 /// source file.
 fn check_reads(image: &Image, src: &Path) {
     let bs = image.superblock().block_size as u64;
-    for rel in [
-        "files/rand-1048577",
-        "files/text-131073",
-        "files/rand-4095",
-        "files/text-393216",
-        "files/mixed-300000",
-        "small/s05",
-        "sparse/middle",
-        "sparse/striped",
-        "links/trio-a",
-        "dup/one",
-    ] {
+    for rel in SAMPLE_FILES {
         let want = fs::read(src.join(rel)).unwrap();
         let size = want.len() as u64;
         let reader = image
@@ -384,16 +389,7 @@ fn check_positions(image: &Image, path: &Path, src: &Path) {
     let bs = sb.block_size as u64;
     let raw = sb.flags.has(Flags::UNCOMPRESSED_DATA);
     let image_file = fs::File::open(path).unwrap();
-    for rel in [
-        "files/rand-1048577",
-        "files/text-131073",
-        "files/rand-4095",
-        "small/s05",
-        "sparse/middle",
-        "sparse/striped",
-        "dup/one",
-        "dup/two",
-    ] {
+    for rel in SAMPLE_FILES {
         let want = fs::read(src.join(rel)).unwrap();
         let size = want.len() as u64;
         let inode = image.resolve_path(rel.as_bytes()).unwrap();

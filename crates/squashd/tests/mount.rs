@@ -354,15 +354,21 @@ fn bad_image_fails_before_detaching() {
     assert!(daemons_of(&mnt).is_empty());
 }
 
+/// A scratch directory holding an image of one file `f` ("x") and an empty mount point.
+fn one_file_image() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let image = testkit::image_of_files(dir.path(), &[("f", b"x")], &[]);
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    (dir, image, mnt)
+}
+
 #[test]
 fn ready_fd_notify_socket_and_sigterm() {
     if !testkit::can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let image = testkit::image_of_files(dir.path(), &[("f", b"x")], &[]);
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (dir, image, mnt) = one_file_image();
 
     // Foreground with --ready-fd: a byte arrives once the mount answers.
     let mut fds = [0; 2];
@@ -424,10 +430,7 @@ fn logs_at_squashd_log_and_outlives_a_closed_stderr() {
     if !testkit::can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let image = testkit::image_of_files(dir.path(), &[("f", b"x")], &[]);
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_dir, image, mnt) = one_file_image();
     let _guard = MountGuard(mnt.clone());
     let mut child = Command::new(SQUASHD)
         .arg("mount")

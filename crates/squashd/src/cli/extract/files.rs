@@ -12,8 +12,7 @@
 use super::plan::Job;
 use super::write::Writer;
 use rayon::prelude::*;
-use squashd_core::{FileReader, Image};
-use std::fs::File;
+use squashd_core::Image;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -25,16 +24,6 @@ const READ_AHEAD_LEAD: u64 = 32 << 20;
 const READ_AHEAD_STEP: u64 = 2 << 20;
 /// A writer's position before its first file.
 const NOWHERE: u64 = u64::MAX;
-
-/// A file being written, by one thread or (its pieces) several.
-pub struct OpenFile {
-    /// The file, created exclusively.
-    pub file: File,
-    /// Its contents in the image.
-    pub reader: FileReader,
-    /// The mode it was created with (its own unless set at the end).
-    pub create_mode: u32,
-}
 
 /// Where in the image each writer thread is reading.
 struct Positions {

@@ -7,11 +7,10 @@
 //! created with O_EXCL | O_NOFOLLOW, so a name that exists (a duplicate name in a hostile image,
 //! a symlink left in the destination) is never written through.
 
-use super::files::OpenFile;
 use super::plan::Job;
 use anyhow::{anyhow, Context};
 use indicatif::ProgressBar;
-use squashd_core::{ChunkRead, FileKind, Image, Inode};
+use squashd_core::{ChunkRead, FileKind, FileReader, Image, Inode};
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, FileTimes, OpenOptions};
 use std::io;
@@ -37,6 +36,16 @@ pub struct Writer<'a> {
     /// The owner and group every entry we create under the destination gets, when that is
     /// simply our own ids (see [`plain_ownership`]); `None` when it is not known.
     pub own_ids: Option<(u32, u32)>,
+}
+
+/// A file being written, by one thread or (its pieces) several.
+pub struct OpenFile {
+    /// The file, created exclusively.
+    pub file: File,
+    /// Its contents in the image.
+    pub reader: FileReader,
+    /// The mode it was created with (its own unless set at the end).
+    pub create_mode: u32,
 }
 
 /// Bytes gathered before a write: fewer, larger writes when blocks are small.

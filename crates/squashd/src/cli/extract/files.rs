@@ -9,6 +9,7 @@
 //! instead, which would make one stream of the image, measured much slower: threads creating
 //! files in one directory spin on its lock.)
 
+use super::dirs::DirsMade;
 use super::plan::Job;
 use super::write::Writer;
 use rayon::prelude::*;
@@ -42,8 +43,14 @@ impl Positions {
     }
 }
 
-/// Writes `files`, which [`order_by_data`] sorted, on rayon's threads, reading `spans` ahead.
-pub fn write_files(writer: &Writer, files: &[Job], spans: &[(u64, u64)]) -> anyhow::Result<()> {
+/// Writes `files`, which [`order_by_data`] sorted, on rayon's threads, reading `spans` ahead;
+/// each file once `dirs` says its directory exists.
+pub fn write_files(
+    writer: &Writer,
+    files: &[Job],
+    spans: &[(u64, u64)],
+    dirs: &DirsMade,
+) -> anyhow::Result<()> {
     let image = writer.image;
     let positions = Positions {
         at: (0..rayon::current_num_threads())
@@ -60,9 +67,10 @@ pub fn write_files(writer: &Writer, files: &[Job], spans: &[(u64, u64)]) -> anyh
             positions: &positions,
             thread: read_ahead.ok().map(|t| t.thread().clone()),
         };
-        files
-            .par_iter()
-            .try_for_each(|job| write_file(writer, job, &positions))
+        files.par_iter().try_for_each(|job| {
+            dirs.wait_for(job.parent)?;
+            write_file(writer, job, &positions)
+        })
     })
 }
 

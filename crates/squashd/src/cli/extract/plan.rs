@@ -59,6 +59,9 @@ pub struct Job {
     pub path: PathBuf,
     /// What.
     pub inode: Inode,
+    /// Its parent directory's index in [`Plan::dirs`] (0, the destination, for the destination
+    /// itself): what must exist before it can be made.
+    pub parent: usize,
 }
 
 /// Everything to create, by kind, in an order that makes extraction safe and correct.
@@ -94,15 +97,28 @@ pub fn plan(image: &Image, selection: &Selection, dest: &Path) -> anyhow::Result
     plan.dirs.push(Job {
         path: dest.to_path_buf(),
         inode: root,
+        parent: 0,
     });
     let mut first_name: HashMap<InodeId, PathBuf> = HashMap::new();
-    flatten(listing, &mut plan, &mut first_name);
+    flatten(listing, 0, &mut plan, &mut first_name);
     Ok(plan)
 }
 
-fn flatten(listing: Listing, plan: &mut Plan, first_name: &mut HashMap<InodeId, PathBuf>) {
-    for job in listing.entries {
+/// Adds the jobs of `listing`, the contents of directory `dir` (an index in `plan.dirs`), and
+/// of its subtrees: each directory's subdirectories are listed together, before their own
+/// contents.
+fn flatten(
+    listing: Listing,
+    dir: usize,
+    plan: &mut Plan,
+    first_name: &mut HashMap<InodeId, PathBuf>,
+) {
+    // `walk` lists subtrees in the order of the directories among the entries.
+    let mut subdir_indexes = Vec::with_capacity(listing.subdirs.len());
+    for mut job in listing.entries {
+        job.parent = dir;
         if job.inode.kind == FileKind::Directory {
+            subdir_indexes.push(plan.dirs.len());
             plan.dirs.push(job);
             continue;
         }
@@ -122,8 +138,8 @@ fn flatten(listing: Listing, plan: &mut Plan, first_name: &mut HashMap<InodeId, 
             _ => plan.specials.push(job),
         }
     }
-    for sub in listing.subdirs {
-        flatten(sub, plan, first_name);
+    for (sub, index) in listing.subdirs.into_iter().zip(subdir_indexes) {
+        flatten(sub, index, plan, first_name);
     }
 }
 
@@ -145,10 +161,14 @@ fn walk(
         check_name(image, &entry.name)?;
         let inode = image.inode(entry.id)?;
         let child = path.join(OsStr::from_bytes(&entry.name));
-        if inode.is_dir() {
+        if inode.kind == FileKind::Directory {
             subdirs.push((child.clone(), inode.clone(), sub_selection));
         }
-        entries.push(Job { path: child, inode });
+        entries.push(Job {
+            path: child,
+            inode,
+            parent: 0,
+        });
     }
     let subdirs = subdirs
         .into_par_iter()

@@ -1,11 +1,13 @@
 //! Creating what a plan lists: directories, file contents (in parallel, sparse where the image
 //! has holes), special files, symlinks, hard links, then owners, modes, xattrs and times.
 //!
-//! Safety rests on the order: every directory is created (or checked to be a real directory)
-//! before anything else, and symlinks are created only after every file, so no write can pass
-//! through a symlink, whether the image made it or it was in the destination already. Files are
-//! created with O_EXCL | O_NOFOLLOW, so a name that exists (a duplicate name in a hostile image,
-//! a symlink left in the destination) is never written through.
+//! Safety rests on the order: every directory on a path is created (or checked to be a real
+//! directory) before anything is made in it, and nothing replaces a directory (symlink(2) and
+//! the forced replacement of [`Writer::clear`] refuse one), so no write passes through a
+//! symlink, whether the image made it (symlinks are made while files are written) or it was
+//! in the destination already. Files are created with O_EXCL | O_NOFOLLOW, so a name that
+//! exists (a duplicate name in a hostile image, a symlink left in the destination) is never
+//! written through.
 
 use super::plan::Job;
 use anyhow::{anyhow, Context};

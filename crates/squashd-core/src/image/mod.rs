@@ -493,9 +493,13 @@ impl ImageInner {
                 if !size.compressed {
                     return Ok(raw);
                 }
-                let mut out = Vec::new();
-                self.decompress_block(pos, &raw, max_len, &mut out)?;
-                Ok(out.into())
+                // Decompressed into this thread's scratch buffer (zeroed once, not per block),
+                // then copied at its exact size into the cache's allocation.
+                SCRATCH.with(|scratch| {
+                    let out = &mut scratch.borrow_mut().decompressed;
+                    let n = self.decompress_into(pos, &raw, max_len, out)?;
+                    Ok(Arc::from(out.get(..n).unwrap_or_default()))
+                })
             })
     }
 
@@ -515,12 +519,29 @@ impl ImageInner {
             out.extend_from_slice(&cached);
             return Ok(());
         }
-        let raw = self.stored_block(pos, size, max_len)?;
-        if size.compressed {
-            self.decompress_block(pos, &raw, max_len, out)?;
+        let mut place = |raw: &[u8]| {
+            if size.compressed {
+                self.decompress_block(pos, raw, max_len, out)
+            } else {
+                out.clear();
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+        };
+        if self.caches.compressed.is_enabled() {
+            place(&self.stored_block(pos, size, max_len)?)?;
         } else {
-            out.clear();
-            out.extend_from_slice(&raw);
+            // Read into this thread's buffer: no allocation, zeroing or copy per block.
+            let stored = self.stored_size(pos, size, max_len)?;
+            SCRATCH.with(|scratch| {
+                let raw = &mut scratch.borrow_mut().stored;
+                if raw.len() < stored {
+                    raw.resize(stored, 0);
+                }
+                let raw = &mut raw[..stored];
+                self.read_at(pos, raw)?;
+                place(raw)
+            })?;
         }
         self.caches
             .data
@@ -528,9 +549,9 @@ impl ImageInner {
         Ok(())
     }
 
-    /// The stored (possibly compressed) bytes of the data block at `pos`, through the compressed
-    /// tier when it has a budget.
-    fn stored_block(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<Arc<[u8]>> {
+    /// The size in the image of the data block at `pos`, checked: an uncompressed block holds
+    /// at most `max_len` bytes, and no block is stored in much more than a block.
+    fn stored_size(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<usize> {
         let stored = size.stored_size as usize;
         if !size.compressed && stored > max_len {
             return Err(self.corrupt(
@@ -544,6 +565,13 @@ impl ImageInner {
                 format!("data block stored in {stored} bytes, more than a block"),
             ));
         }
+        Ok(stored)
+    }
+
+    /// The stored (possibly compressed) bytes of the data block at `pos`, through the compressed
+    /// tier when it has a budget.
+    fn stored_block(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<Arc<[u8]>> {
+        let stored = self.stored_size(pos, size, max_len)?;
         let read = || {
             let mut raw = vec![0u8; stored];
             self.read_at(pos, &mut raw)?;
@@ -570,11 +598,37 @@ impl ImageInner {
         max_len: usize,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        // Growing zero-fills once; a reused buffer is not zeroed again.
-        out.resize(max_len, 0);
-        let n = decompress(self.superblock.compressor, raw, &mut out[..max_len])
-            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
+        let n = self.decompress_into(pos, raw, max_len, out)?;
         out.truncate(n);
         Ok(())
     }
+
+    /// Decompresses `raw` (the block at `pos`) into the start of `out`, grown to `max_len` if it
+    /// is shorter (zero-filling only what it grows by); returns the bytes decompressed.
+    fn decompress_into(
+        &self,
+        pos: u64,
+        raw: &[u8],
+        max_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<usize> {
+        if out.len() < max_len {
+            out.resize(max_len, 0);
+        }
+        decompress(self.superblock.compressor, raw, &mut out[..max_len])
+            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))
+    }
+}
+
+/// Buffers each thread reuses to read and decompress blocks that are not kept as they are.
+#[derive(Default)]
+struct Scratch {
+    /// A block's stored bytes.
+    stored: Vec<u8>,
+    /// A block decompressed, before it is copied into the cache at its exact size.
+    decompressed: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::walk_image;
-use squashd_core::{ChunkRead, ErrorKind, Flags, Image, Inode, OpenOptions};
+use squashd_core::{ChunkRead, ErrorKind, FileReader, Flags, Image, Inode, OpenOptions};
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -419,10 +419,41 @@ fn check_positions(image: &Image, path: &Path, src: &Path) {
             }
         }
         assert_eq!(reader.chunk_position(reader.chunk_count()), None);
+        check_tail_end(&reader, rel, &want, sb.flags);
         if first.is_some() {
             assert_eq!(image.data_position(&inode), first, "{rel}: data position");
         }
     }
+}
+
+/// Which chunk is a tail end kept in a fragment block: only a file's last, partial chunk, never
+/// in an image without fragments, always for a small random file in one with them; and the
+/// bytes [`FileReader::chunk`] lends for it are the source's.
+fn check_tail_end(reader: &FileReader, rel: &str, want: &[u8], flags: Flags) {
+    let bs = reader.block_size() as u64;
+    let count = reader.chunk_count();
+    let fragments = !flags.has(Flags::NO_FRAGMENTS);
+    for i in 0..count {
+        if !reader.is_tail_end(i) {
+            continue;
+        }
+        assert!(
+            fragments,
+            "{rel}: chunk {i} is a tail end in an image without fragments"
+        );
+        assert!(i + 1 == count, "{rel}: chunk {i} of {count} is a tail end");
+        let from = (i * bs) as usize;
+        let chunk = reader.chunk(i).unwrap();
+        assert!(chunk.bytes() == &want[from..], "{rel}: tail end bytes");
+    }
+    if rel == "files/rand-4095" {
+        assert_eq!(
+            reader.is_tail_end(0),
+            fragments,
+            "{rel}: a small file's tail end"
+        );
+    }
+    assert!(!reader.is_tail_end(count), "{rel}: past the end");
 }
 
 /// The superblock as the library reads it against `unsquashfs -s` of the same image.

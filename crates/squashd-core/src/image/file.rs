@@ -225,6 +225,13 @@ impl FileReader {
         }
     }
 
+    /// Whether chunk `index` is the tail end kept in a fragment block, which other files share
+    /// and the data cache keeps: [`FileReader::chunk`] then lends its bytes where
+    /// [`FileReader::read_chunk_into`] would copy them.
+    pub fn is_tail_end(&self, index: u64) -> bool {
+        index < self.chunk_count() && self.blocks.get(index).is_none() && self.body.has_fragment()
+    }
+
     /// Length of chunk `index`, or an error past the end of the file.
     fn chunk_len(&self, index: u64) -> Result<usize> {
         let bs = self.block_size() as u64;

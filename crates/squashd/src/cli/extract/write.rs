@@ -158,6 +158,14 @@ impl Writer<'_> {
         BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
             let mut block = block.borrow_mut();
             for i in first..end {
+                if reader.is_tail_end(i) {
+                    // Written from the cached fragment block: no copy.
+                    let chunk = reader.chunk(i)?;
+                    pending
+                        .add(i * bs, chunk.bytes(), i + 1 == end)
+                        .map_err(|e| io_context(e, "cannot write", path))?;
+                    continue;
+                }
                 let written = match reader.read_chunk_into(i, &mut block)? {
                     ChunkRead::Hole(len) => {
                         holes = true;

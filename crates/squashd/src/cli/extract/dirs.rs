@@ -119,6 +119,8 @@ impl DirsMade {
 /// Makes every directory of `dirs` but the first (the destination, which exists), parents
 /// before children, those that writers wait for first.
 pub fn make_all(writer: &Writer, dirs: &[Job], made: &DirsMade) -> anyhow::Result<()> {
+    // Should this thread panic, the writers waiting for a directory are let go.
+    let _release = StopIfPanicking(made);
     let mut next = 1;
     let mut chain = Vec::new();
     while let Some(target) = made.next_to_make(&mut next) {
@@ -151,10 +153,21 @@ pub fn make_all(writer: &Writer, dirs: &[Job], made: &DirsMade) -> anyhow::Resul
     Ok(())
 }
 
+/// Stops the making of directories when dropped by a panicking thread.
+struct StopIfPanicking<'a>(&'a DirsMade);
+
+impl Drop for StopIfPanicking<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop();
+        }
+    }
+}
+
 /// Sets every directory's owner, xattrs, mode and times, on every core, deepest first: once a
 /// directory's mode is set, what is below it might not be reachable any more (mode 0 for a
-/// user other than root). A directory's times are kept by what happens below its entries, so
-/// directories of one depth are done in any order.
+/// user other than root). Setting them adds or removes no entry, so no other directory's times
+/// change, and the directories of one depth are done in any order.
 pub fn finish_all(writer: &Writer, dirs: &[Job]) -> anyhow::Result<()> {
     let mut by_depth: Vec<(usize, &Job)> = dirs
         .iter()

@@ -343,7 +343,12 @@ fn info_agrees_with_unsquashfs_s() {
             "1M",
         ],
     );
-    let variants = [("zstd", image.clone()), ("xz-noexp", xz.clone())];
+    let no_fragments = built.image("nofrag", &["-no-fragments"]);
+    let variants = [
+        ("zstd", image.clone()),
+        ("xz-noexp", xz.clone()),
+        ("nofrag", no_fragments),
+    ];
     for (name, image) in variants {
         let theirs = String::from_utf8(unsquashfs(&[OsStr::new("-s"), image.as_os_str()])).unwrap();
         let ours = String::from_utf8(ok(&[OsStr::new("info"), image.as_os_str()])).unwrap();
@@ -390,6 +395,17 @@ fn info_agrees_with_unsquashfs_s() {
             no_xattrs,
             "{name}: {theirs}"
         );
+        // The fragment table's position, read from the superblock's bytes (offset 80), only
+        // when the image has fragments: without them the field holds no table's position.
+        let fragments: u64 = field(&theirs, "Number of fragments").parse().unwrap();
+        let raw = std::fs::read(&image).unwrap();
+        let start = u64::from_le_bytes(raw[80..88].try_into().unwrap());
+        let expected = if fragments > 0 {
+            start.to_string()
+        } else {
+            "absent".to_string()
+        };
+        assert_eq!(ours_field("fragment table at"), expected, "{name}");
     }
     let ours = String::from_utf8(ok(&[OsStr::new("info"), xz.as_os_str()])).unwrap();
     assert!(

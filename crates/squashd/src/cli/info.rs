@@ -115,7 +115,9 @@ impl Info {
             tables: Tables {
                 inode: position(sb.inode_table_start),
                 directory: position(sb.directory_table_start),
-                fragment: position(sb.fragment_table_start),
+                // Without fragments the field still holds a position (where the table would
+                // start), but there is no table there.
+                fragment: position(sb.fragment_table_start).filter(|_| sb.has_fragments()),
                 export: position(sb.export_table_start),
                 id: position(sb.id_table_start),
                 xattr_id: position(sb.xattr_id_table_start),

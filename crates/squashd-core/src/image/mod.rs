@@ -493,6 +493,11 @@ impl ImageInner {
                 if !size.compressed {
                     return Ok(raw);
                 }
+                if max_len > SCRATCH_MAX {
+                    let mut out = Vec::new();
+                    self.decompress_block(pos, &raw, max_len, &mut out)?;
+                    return Ok(out.into());
+                }
                 // Decompressed into this thread's scratch buffer (zeroed once, not per block),
                 // then copied at its exact size into the cache's allocation.
                 SCRATCH.with(|scratch| {
@@ -620,7 +625,15 @@ impl ImageInner {
     }
 }
 
-/// Buffers each thread reuses to read and decompress blocks that are not kept as they are.
+/// Blocks larger than this are decompressed into a buffer of their own for the cache, not
+/// into the thread's scratch buffer: a daemon's every serving thread keeps its scratch buffer,
+/// and 1 MiB per thread would add up.
+const SCRATCH_MAX: usize = 256 << 10;
+
+/// Buffers each thread reuses to read and decompress blocks that are not kept as they are. They
+/// live as long as the thread: `stored` on threads that stream files (extraction, `cat`), up to
+/// a block; `decompressed` on threads that load blocks into the data cache, up to
+/// [`SCRATCH_MAX`].
 #[derive(Default)]
 struct Scratch {
     /// A block's stored bytes.

@@ -6,8 +6,9 @@ use super::metadata::MetadataCursor;
 use super::Image;
 use crate::error::{Error, Result};
 use crate::format::inode::FileBody;
+use crate::format::tables::FragmentEntry;
 use crate::format::DataBlockSize;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The positions of a file's data blocks. Only blocks with bytes on disk are kept: a hostile
 /// inode can claim 2^48 holes (one tiny compressed metadata block expands to 2048 zero size
@@ -52,6 +53,9 @@ pub struct FileReader {
     body: FileBody,
     blocks: Arc<BlockMap>,
     number: u32,
+    /// The fragment table's entry for the tail end, once looked up: a reader that asks where
+    /// the tail lies, then reads it (extraction), looks it up once.
+    fragment: OnceLock<FragmentEntry>,
 }
 
 impl std::fmt::Debug for FileReader {
@@ -127,6 +131,7 @@ impl FileReader {
             image,
             body,
             number: inode.number,
+            fragment: OnceLock::new(),
         })
     }
 
@@ -182,7 +187,7 @@ impl FileReader {
                 format!("inode {}: block list is shorter than the file", self.number),
             ));
         }
-        let frag = inner.fragment(self.body.fragment_index)?;
+        let frag = self.tail_fragment()?;
         if frag.start.saturating_add(frag.size.stored_size as u64) > inner.superblock.bytes_used {
             return Err(inner.corrupt(frag.start, "fragment block runs past the image end"));
         }
@@ -215,12 +220,7 @@ impl FileReader {
         match self.blocks.get(index) {
             Some(Some(block)) => Some(block.start),
             Some(None) => None,
-            None if self.body.has_fragment() => self
-                .image
-                .inner
-                .fragment(self.body.fragment_index)
-                .ok()
-                .map(|f| f.start),
+            None if self.body.has_fragment() => self.tail_fragment().ok().map(|f| f.start),
             None => None,
         }
     }
@@ -230,6 +230,15 @@ impl FileReader {
     /// [`FileReader::read_chunk_into`] would copy them.
     pub fn is_tail_end(&self, index: u64) -> bool {
         index < self.chunk_count() && self.blocks.get(index).is_none() && self.body.has_fragment()
+    }
+
+    /// The fragment table's entry for the tail end, looked up on first use.
+    fn tail_fragment(&self) -> Result<FragmentEntry> {
+        if let Some(frag) = self.fragment.get() {
+            return Ok(*frag);
+        }
+        let frag = self.image.inner.fragment(self.body.fragment_index)?;
+        Ok(*self.fragment.get_or_init(|| frag))
     }
 
     /// Length of chunk `index`, or an error past the end of the file.

@@ -128,10 +128,12 @@ pub fn make_all(writer: &Writer, dirs: &[Job], made: &DirsMade) -> anyhow::Resul
         chain.clear();
         let mut at = target;
         while !made.is_made(at) {
-            chain.push(at);
             match dirs.get(at) {
-                Some(dir) if dir.parent < at => at = dir.parent,
                 // Plans list parents first; anything else would be a bug, not a bad image.
+                Some(dir) if dir.parent < at => {
+                    chain.push((at, dir));
+                    at = dir.parent;
+                }
                 _ => {
                     return Err(anyhow!(
                         "internal error: directory {at} listed before its parent"
@@ -139,11 +141,8 @@ pub fn make_all(writer: &Writer, dirs: &[Job], made: &DirsMade) -> anyhow::Resul
                 }
             }
         }
-        for &index in chain.iter().rev() {
-            if let Err(e) = dirs
-                .get(index)
-                .map_or(Ok(()), |dir| writer.make_dir(dir, false))
-            {
+        for &(index, dir) in chain.iter().rev() {
+            if let Err(e) = writer.make_dir(dir, false) {
                 made.stop();
                 return Err(e);
             }

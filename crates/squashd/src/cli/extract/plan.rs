@@ -167,7 +167,7 @@ fn walk(
         entries.push(Job {
             path: child,
             inode,
-            parent: 0,
+            parent: 0, // set by `flatten`, which numbers the directories
         });
     }
     let subdirs = subdirs

@@ -158,20 +158,18 @@ impl Writer<'_> {
         BLOCK_BUFFER.with(|block| -> anyhow::Result<()> {
             let mut block = block.borrow_mut();
             for i in first..end {
-                if reader.is_tail_end(i) {
+                let last = i + 1 == end;
+                let written = if reader.is_tail_end(i) {
                     // Written from the cached fragment block: no copy.
-                    let chunk = reader.chunk(i)?;
-                    pending
-                        .add(i * bs, chunk.bytes(), i + 1 == end)
-                        .map_err(|e| io_context(e, "cannot write", path))?;
-                    continue;
-                }
-                let written = match reader.read_chunk_into(i, &mut block)? {
-                    ChunkRead::Hole(len) => {
-                        holes = true;
-                        pending.skip(i * bs + len as u64)
+                    pending.add(i * bs, reader.chunk(i)?.bytes(), last)
+                } else {
+                    match reader.read_chunk_into(i, &mut block)? {
+                        ChunkRead::Hole(len) => {
+                            holes = true;
+                            pending.skip(i * bs + len as u64)
+                        }
+                        ChunkRead::Data => pending.add(i * bs, &block, last),
                     }
-                    ChunkRead::Data => pending.add(i * bs, &block, i + 1 == end),
                 };
                 written.map_err(|e| io_context(e, "cannot write", path))?;
             }

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// Files of more chunks than this are cut into pieces of this many, which any thread may write.
 const PIECE_CHUNKS: u64 = 32;
+/// The most files a writer takes at once (see [`write_files`]).
+const FILES_PER_SPLIT: usize = 16;
 /// How far ahead of each writer thread the image is read ahead.
 const READ_AHEAD_LEAD: u64 = 32 << 20;
 /// Bytes asked for at once.
@@ -67,10 +69,16 @@ pub fn write_files(
             positions: &positions,
             thread: read_ahead.ok().map(|t| t.thread().clone()),
         };
-        files.par_iter().try_for_each(|job| {
-            dirs.wait_for(job.parent)?;
-            write_file(writer, job, &positions)
-        })
+        // Rayon runs the files of a split it has not shared out one after another, and a split
+        // already started cannot be stolen: without a cap, one thread was left writing a long
+        // run of files alone at the end (a third of a second of a /usr extraction).
+        files
+            .par_iter()
+            .with_max_len(FILES_PER_SPLIT)
+            .try_for_each(|job| {
+                dirs.wait_for(job.parent)?;
+                write_file(writer, job, &positions)
+            })
     })
 }
 

@@ -11,7 +11,7 @@
 #![allow(dead_code)]
 
 use squashd_core::source::MemorySource;
-use squashd_core::{CacheBudgets, Error, FileKind, Image, Inode, InodeId, OpenOptions};
+use squashd_core::{CacheBudgets, ChunkRead, Error, FileKind, Image, Inode, InodeId, OpenOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -223,12 +223,22 @@ fn read_file(image: &Image, inode: &Inode, limits: &Limits, out: &mut Outcome) {
         }
     }
     let chunks = file.chunk_count();
+    let mut streamed = Vec::new();
     for k in 1..=limits.middle_chunks {
         let index = chunks / (limits.middle_chunks + 1) * k;
         if index < chunks {
+            // The streaming path (extraction's) first, while the block is not cached, then the
+            // cached one: where both succeed, they give the same bytes.
+            let stream = out.note(limits, file.read_chunk_into(index, &mut streamed));
             if let Some(chunk) = out.note(limits, file.chunk(index)) {
                 assert!(chunk.len() <= file.block_size() as usize);
                 out.file_bytes += chunk.len() as u64;
+                match stream {
+                    Some(ChunkRead::Hole(len)) => assert!(chunk.is_hole() && chunk.len() == len),
+                    Some(ChunkRead::Data) => assert_eq!(chunk.bytes(), &streamed[..]),
+                    Some(ChunkRead::Cached(lent)) => assert_eq!(chunk.bytes(), lent.bytes()),
+                    None => {}
+                }
             }
         }
     }

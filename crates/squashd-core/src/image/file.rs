@@ -164,16 +164,7 @@ impl FileReader {
                 return Ok(Chunk::Zeros(len));
             };
             let data = inner.data_block(pos, size, bs as usize)?;
-            if data.len() != len {
-                return Err(inner.corrupt(
-                    pos,
-                    format!(
-                        "inode {}: block {index} holds {} bytes, expected {len}",
-                        self.number,
-                        data.len()
-                    ),
-                ));
-            }
+            self.check_block_len(index, pos, data.len(), len)?;
             return Ok(Chunk::Data {
                 data,
                 start: 0,
@@ -226,8 +217,7 @@ impl FileReader {
     }
 
     /// Whether chunk `index` is the tail end kept in a fragment block, which other files share
-    /// and the data cache keeps: [`FileReader::chunk`] then lends its bytes where
-    /// [`FileReader::read_chunk_into`] would copy them.
+    /// and the data cache keeps ([`FileReader::read_chunk_into`] lends its bytes).
     pub fn is_tail_end(&self, index: u64) -> bool {
         index < self.chunk_count() && self.blocks.get(index).is_none() && self.body.has_fragment()
     }
@@ -257,37 +247,50 @@ impl FileReader {
         Ok((self.body.file_size - start).min(bs) as usize)
     }
 
-    /// Reads chunk `index` into `buf` for a reader that reads the file once, front to back
-    /// (extraction, `cat`): a data block is decompressed straight into `buf` and not kept in
-    /// the data cache, so a stream of blocks neither allocates per block nor evicts what other
-    /// readers use. The tail end still comes through the cache: its fragment block is shared
-    /// with other files.
+    /// Reads chunk `index` for a reader that reads the file once, front to back (extraction):
+    /// a data block is decompressed straight into `buf` and not kept in the data cache, so a
+    /// stream of blocks neither allocates per block nor evicts what other readers use. Bytes the
+    /// cache holds already are lent, not copied: the tail end (its fragment block is shared
+    /// with other files, so it goes through the cache) and a block some other reader cached.
     pub fn read_chunk_into(&self, index: u64, buf: &mut Vec<u8>) -> Result<ChunkRead> {
         let inner = &self.image.inner;
         let len = self.chunk_len(index)?;
         match self.blocks.get(index) {
             Some(None) => Ok(ChunkRead::Hole(len)),
             Some(Some(block)) => {
-                inner.data_block_into(block.start, block.size, self.block_size() as usize, buf)?;
-                if buf.len() != len {
-                    return Err(inner.corrupt(
-                        block.start,
-                        format!(
-                            "inode {}: block {index} holds {} bytes, expected {len}",
-                            self.number,
-                            buf.len()
-                        ),
-                    ));
+                let bs = self.block_size() as usize;
+                match inner.data_block_into(block.start, block.size, bs, buf)? {
+                    Some(data) => {
+                        self.check_block_len(index, block.start, data.len(), len)?;
+                        Ok(ChunkRead::Cached(Chunk::Data {
+                            data,
+                            start: 0,
+                            len,
+                        }))
+                    }
+                    None => {
+                        self.check_block_len(index, block.start, buf.len(), len)?;
+                        Ok(ChunkRead::Data)
+                    }
                 }
-                Ok(ChunkRead::Data)
             }
-            None => {
-                let chunk = self.chunk(index)?;
-                buf.clear();
-                buf.extend_from_slice(chunk.bytes());
-                Ok(ChunkRead::Data)
-            }
+            None => Ok(ChunkRead::Cached(self.chunk(index)?)),
         }
+    }
+
+    /// A data block must hold exactly its chunk's bytes: a block that decompresses to less (or,
+    /// for the last, partial one, more) is corrupt.
+    fn check_block_len(&self, index: u64, pos: u64, got: usize, len: usize) -> Result<()> {
+        if got == len {
+            return Ok(());
+        }
+        Err(self.image.inner.corrupt(
+            pos,
+            format!(
+                "inode {}: block {index} holds {got} bytes, expected {len}",
+                self.number
+            ),
+        ))
     }
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
@@ -315,12 +318,14 @@ impl FileReader {
 }
 
 /// What [`FileReader::read_chunk_into`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum ChunkRead {
     /// A hole of this many zero bytes; the buffer was left as it was.
     Hole(usize),
     /// The chunk's bytes are the whole buffer.
     Data,
+    /// The chunk's bytes, lent from the data cache; the buffer was left as it was.
+    Cached(Chunk),
 }
 
 /// A block-sized piece of a file.

@@ -511,30 +511,29 @@ impl ImageInner {
     /// Decompresses the data block at `pos` into `out` without caching it (its bytes are
     /// `out[..]` afterwards), for readers that will not come back for it: no allocation once
     /// `out` has grown to a block, no copy into the cache, no eviction of blocks others need.
-    /// A block already in the data cache is copied from there.
+    /// A block the data cache holds already is returned instead, and `out` is left as it was.
     pub(crate) fn data_block_into(
         &self,
         pos: u64,
         size: DataBlockSize,
         max_len: usize,
         out: &mut Vec<u8>,
-    ) -> Result<()> {
+    ) -> Result<Option<Arc<[u8]>>> {
         if let Some(cached) = self.caches.data.peek(&self.key(pos)) {
-            out.clear();
-            out.extend_from_slice(&cached);
-            return Ok(());
+            return Ok(Some(cached));
         }
-        let mut place = |raw: &[u8]| {
+        if self.caches.compressed.is_enabled() {
+            let raw = self.stored_block(pos, size, max_len)?;
             if size.compressed {
-                self.decompress_block(pos, raw, max_len, out)
+                self.decompress_block(pos, &raw, max_len, out)?;
             } else {
                 out.clear();
-                out.extend_from_slice(raw);
-                Ok(())
+                out.extend_from_slice(&raw);
             }
-        };
-        if self.caches.compressed.is_enabled() {
-            place(&self.stored_block(pos, size, max_len)?)?;
+        } else if !size.compressed {
+            // Stored as it is: read straight into `out` (zero-filling only what it grows by).
+            out.resize(self.stored_size(pos, size, max_len)?, 0);
+            self.read_at(pos, out)?;
         } else {
             // Read into this thread's buffer: no allocation, zeroing or copy per block.
             let stored = self.stored_size(pos, size, max_len)?;
@@ -545,13 +544,13 @@ impl ImageInner {
                 }
                 let raw = &mut raw[..stored];
                 self.read_at(pos, raw)?;
-                place(raw)
+                self.decompress_block(pos, raw, max_len, out)
             })?;
         }
         self.caches
             .data
             .count_uncached_load(Some(&self.counters.data), out.len() as u64);
-        Ok(())
+        Ok(None)
     }
 
     /// The size in the image of the data block at `pos`, checked: an uncompressed block holds
@@ -631,8 +630,8 @@ impl ImageInner {
 const SCRATCH_MAX: usize = 256 << 10;
 
 /// Buffers each thread reuses to read and decompress blocks that are not kept as they are. They
-/// live as long as the thread: `stored` on threads that stream files (extraction, `cat`), up to
-/// a block; `decompressed` on threads that load blocks into the data cache, up to
+/// live as long as the thread: `stored` on threads that stream files (extraction), up to a
+/// block; `decompressed` on threads that load blocks into the data cache, up to
 /// [`SCRATCH_MAX`].
 #[derive(Default)]
 struct Scratch {

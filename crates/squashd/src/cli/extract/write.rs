@@ -159,17 +159,14 @@ impl Writer<'_> {
             let mut block = block.borrow_mut();
             for i in first..end {
                 let last = i + 1 == end;
-                let written = if reader.is_tail_end(i) {
-                    // Written from the cached fragment block: no copy.
-                    pending.add(i * bs, reader.chunk(i)?.bytes(), last)
-                } else {
-                    match reader.read_chunk_into(i, &mut block)? {
-                        ChunkRead::Hole(len) => {
-                            holes = true;
-                            pending.skip(i * bs + len as u64)
-                        }
-                        ChunkRead::Data => pending.add(i * bs, &block, last),
+                let written = match reader.read_chunk_into(i, &mut block)? {
+                    ChunkRead::Hole(len) => {
+                        holes = true;
+                        pending.skip(i * bs + len as u64)
                     }
+                    ChunkRead::Data => pending.add(i * bs, &block, last),
+                    // A tail end: written from its cached fragment block, with no copy.
+                    ChunkRead::Cached(chunk) => pending.add(i * bs, chunk.bytes(), last),
                 };
                 written.map_err(|e| io_context(e, "cannot write", path))?;
             }

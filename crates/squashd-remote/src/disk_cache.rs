@@ -1,0 +1,1 @@
+//! A byte-bounded, crash-safe disk cache of fetched units, shared by every remote image of a process.

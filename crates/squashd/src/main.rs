@@ -20,6 +20,7 @@ mod logging;
 mod mount;
 mod options;
 mod readiness;
+mod remote;
 mod serve;
 mod size;
 
@@ -141,6 +142,7 @@ fn main() -> ExitCode {
         Command::Detach(a) => serve::detach(a),
         Command::Status(a) => serve::status(a),
     };
+    cli::progress::finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -63,13 +63,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // the caller passed.
     let ready_fd = args.ready_fd.map(ReadyFd::take).transpose()?;
     let mut options = Options::parse(&args.options, &args.image)?;
-    let image_path = args
-        .image
-        .canonicalize()
-        .with_context(|| format!("{}: cannot open", args.image.display()))?;
-    if !options.gave("fsname") {
-        options.mount.fsname = image_path.display().to_string();
-    }
+    // A remote image keeps its address (without secrets); a file, its absolute path.
+    let image_path = if crate::remote::is_remote(&args.image) {
+        args.image.clone()
+    } else {
+        args.image
+            .canonicalize()
+            .with_context(|| format!("{}: cannot open", args.image.display()))?
+    };
     if !args.mountpoint.is_dir() {
         bail!(
             "{}: mount point is not a directory",
@@ -77,11 +78,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     crate::logging::init_logging();
-    if !options.gave("offset") {
-        let source = squashd_core::source::FileSource::open(&image_path)
-            .with_context(|| format!("{}: cannot open", image_path.display()))?;
-        options.open.offset = crate::cli::located_offset(&source, &image_path)?;
+    let given_offset = options.gave("offset").then_some(options.open.offset);
+    let opened = crate::remote::open(&image_path, given_offset, &options.remote)?;
+    options.open.offset = opened.offset;
+    let image_path = PathBuf::from(&*opened.name);
+    if !options.gave("fsname") {
+        options.mount.fsname = opened.name.to_string();
     }
+    let remote = opened.remote;
+    let image = Image::from_source(opened.source, opened.name, &options.open)?;
     let privileged = nix::unistd::geteuid().is_root();
     let (engine, fell_back) = crate::engine::choose(&options, privileged)?;
     if let Some(why) = fell_back {
@@ -89,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if engine == Engine::Kernel {
         return kernel::run(
-            image_path,
+            (image_path, image, remote),
             &args.mountpoint,
             options,
             args.options.clone(),
@@ -97,7 +102,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ready_fd,
         );
     }
-    let image = Image::open(&image_path, &options.open)?;
     let mounted = MountedImage::mount(image.clone(), &args.mountpoint, &options.mount)
         .map_err(explain_mount_error)?;
     let mountpoint = mounted.mountpoint().to_path_buf();
@@ -114,6 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 image_path,
                 options: args.options.clone(),
                 image,
+                remote,
                 file_id: None,
                 probe: Probe::Fuse(mounted.probe()),
                 since: Instant::now(),

@@ -245,6 +245,56 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "disk_cache",
+        root_only: Some("the disk cache is the daemon's to set"),
+        value: Value::Text("DIR"),
+        default: DefaultValue::None,
+        help: "a remote image: keep fetched data in this directory, across restarts, shared by \
+               the process's remote images (without it, in memory only)",
+        apply: |o, a| {
+            if let Arg::Text(dir) = a {
+                o.remote.disk_cache_dir = Some(PathBuf::from(dir));
+            }
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "disk_cache_size",
+        root_only: Some("the disk cache is the daemon's to set"),
+        value: Value::Size,
+        default: DefaultValue::Value("4GiB"),
+        help: "a remote image: budget of the disk cache (least recently used data goes first)",
+        apply: |o, a| {
+            o.remote.disk_cache_bytes = a.number();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "fetch_unit",
+        root_only: None,
+        value: Value::Size,
+        default: DefaultValue::Value("1MiB"),
+        help: "a remote image: bytes fetched per request (aligned; 4KiB to 64MiB)",
+        apply: |o, a| {
+            if !(4096..=64 << 20).contains(&a.number()) {
+                return Err("must be between 4KiB and 64MiB".into());
+            }
+            o.remote.fetch_unit = a.number();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "connections",
+        root_only: Some("connections are the daemon's to set"),
+        value: Value::Number,
+        default: DefaultValue::Value("8"),
+        help: "a remote image: connections to its server at most (1 to 64)",
+        apply: |o, a| {
+            o.remote.connections = a.number().clamp(1, 64) as usize;
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "fsname",
         root_only: None,
         value: Value::Text("NAME"),
@@ -390,6 +440,8 @@ pub(crate) struct Options {
     pub(crate) mount: MountConfig,
     /// Where a lone mount answers `squashd status` (`control=`); the daemon has its own.
     pub(crate) control: Option<PathBuf>,
+    /// How a remote image is fetched and cached.
+    pub(crate) remote: crate::remote::RemoteSettings,
     /// Names of the options given (not those applied as defaults).
     given: BTreeSet<&'static str>,
 }
@@ -405,6 +457,7 @@ impl Options {
             open: OpenOptions::default(),
             mount: MountConfig::default(),
             control: None,
+            remote: crate::remote::RemoteSettings::default(),
             given: BTreeSet::new(),
         };
         options.mount.fsname = image.display().to_string();

@@ -210,16 +210,7 @@ impl Info {
 
 /// Runs `squashd info`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let image = args.image.open()?;
-    let container = match args.image.offset {
-        Some(_) => "at the offset given".to_string(),
-        None => {
-            let source = squashd_core::source::FileSource::open(&args.image.image)?;
-            squashd_core::container::locate(&source)
-                .map(|(kind, _)| kind.name().to_string())
-                .unwrap_or_default()
-        }
-    };
+    let (image, container) = args.image.open_in_container()?;
     let info = Info::of(&image, &container);
     let text = if args.json {
         let mut json = serde_json::to_string_pretty(&info)?;

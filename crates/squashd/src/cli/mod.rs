@@ -5,6 +5,7 @@ pub mod display;
 pub mod extract;
 pub mod info;
 pub mod ls;
+pub mod progress;
 pub mod stat;
 pub mod tree;
 pub mod walk;
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 /// The image operand and the options every subcommand takes to open it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ImageArgs {
-    /// The SquashFS image file.
+    /// The SquashFS image: a file, or an http://, https:// or s3://BUCKET/KEY address.
     pub image: PathBuf,
     /// Byte offset of the image in the file [default: found in an AppImage, else 0].
     #[arg(long, short = 'o', value_name = "BYTES")]
@@ -28,40 +29,45 @@ pub struct ImageArgs {
     /// Budget of the decompressed data cache, e.g. 256MiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub data_cache: Option<u64>,
+    /// For a remote image: keep fetched data in this directory, shared with later runs.
+    #[arg(long, value_name = "DIR")]
+    pub disk_cache: Option<PathBuf>,
+    /// For a remote image: budget of the disk cache.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "4GiB")]
+    pub disk_cache_size: u64,
 }
 
 impl ImageArgs {
     /// Opens the image with the options given; without `--offset`, where its container (an
     /// AppImage) says it starts.
     pub fn open(&self) -> anyhow::Result<Image> {
+        Ok(self.open_in_container()?.0)
+    }
+
+    /// Opens the image as [`ImageArgs::open`] does, and says what held it: a container's
+    /// name, or "at the offset given".
+    pub fn open_in_container(&self) -> anyhow::Result<(Image, String)> {
         let defaults = CacheBudgets::default();
         let options = OpenOptions::default().with_budgets(CacheBudgets::new(
             self.metadata_cache.unwrap_or(defaults.metadata_bytes),
             self.data_cache.unwrap_or(defaults.data_bytes),
         ));
-        open_located(&self.image, self.offset, options)
+        let remote = crate::remote::RemoteSettings {
+            disk_cache_dir: self.disk_cache.clone(),
+            disk_cache_bytes: self.disk_cache_size,
+            ..Default::default()
+        };
+        let opened = crate::remote::open(&self.image, self.offset, &remote)?;
+        if let Some(source) = &opened.remote {
+            progress::show_fetching(source.clone());
+        }
+        let image = Image::from_source(
+            opened.source,
+            opened.name,
+            &options.with_offset(opened.offset),
+        )?;
+        Ok((image, opened.container))
     }
-}
-
-/// Opens the image in the file at `path`, at `offset`, or, without one, where its container
-/// says the image starts (squashd_core::container).
-pub fn open_located(
-    path: &std::path::Path,
-    offset: Option<u64>,
-    options: OpenOptions,
-) -> anyhow::Result<Image> {
-    let name: std::sync::Arc<str> = path.display().to_string().into();
-    let source = squashd_core::source::FileSource::open(path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
-    let offset = match offset {
-        Some(offset) => offset,
-        None => located_offset(&source, path)?,
-    };
-    Ok(Image::from_source(
-        Box::new(source),
-        name,
-        &options.with_offset(offset),
-    )?)
 }
 
 /// The error a command returns when it has already printed what went wrong (e.g. `cat` of
@@ -124,17 +130,6 @@ fn one_line(e: &anyhow::Error) -> String {
         }
     }
     line
-}
-
-/// Where the image in `source` (the file at `path`) starts, as its container says: an
-/// AppImage's ELF part is skipped, anything else starts at byte 0.
-pub fn located_offset(
-    source: &dyn squashd_core::source::Source,
-    path: &std::path::Path,
-) -> anyhow::Result<u64> {
-    let (_, offset) = squashd_core::container::locate(source)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(offset)
 }
 
 #[cfg(test)]

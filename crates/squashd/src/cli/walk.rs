@@ -510,6 +510,8 @@ mod tests {
             offset: Some(0),
             metadata_cache,
             data_cache: None,
+            disk_cache: None,
+            disk_cache_size: 0,
         }
     }
 

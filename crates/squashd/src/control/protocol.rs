@@ -112,6 +112,9 @@ pub struct ImageStatus {
     /// For the kernel path: what translating the image gave and cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub translation: Option<TranslationStatus>,
+    /// For a remote image: what fetching it has cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteStatus>,
     /// Size of the image in bytes.
     pub size_bytes: u64,
     /// Number of inodes.
@@ -132,6 +135,31 @@ pub struct ImageStatus {
     pub cache: TierSet,
     /// Seconds since it was attached.
     pub attached_secs: u64,
+}
+
+/// What fetching a remote image has cost.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RemoteStatus {
+    /// The object's version pinned at open (its ETag, else its modification time and size).
+    pub version: String,
+    /// HTTP requests sent, retries included.
+    pub requests: u64,
+    /// Requests sent again after a transient failure.
+    pub retries: u64,
+    /// Fetches that failed for good (a reader got EIO).
+    pub failures: u64,
+    /// Bytes received.
+    pub bytes_fetched: u64,
+    /// Fetch units received, on demand or ahead.
+    pub units_fetched: u64,
+    /// Of those, units fetched ahead of readers.
+    pub units_prefetched: u64,
+    /// Unit reads answered from memory.
+    pub memory_hits: u64,
+    /// Unit reads answered from the disk cache.
+    pub disk_cache_hits: u64,
+    /// Seconds readers spent waiting on the network, summed over readers.
+    pub wait_seconds: f64,
 }
 
 /// What translating an image for the kernel path gave and cost.

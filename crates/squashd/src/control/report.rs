@@ -1,7 +1,7 @@
 //! The status report: what each served image costs and how it is doing. Shared by the daemon
 //! (every attached image) and by a lone `squashd mount -o control=PATH` (its one image).
 
-use super::protocol::{ImageStatus, Status, Tier, TierSet, TranslationStatus};
+use super::protocol::{ImageStatus, RemoteStatus, Status, Tier, TierSet, TranslationStatus};
 use squashd_core::{CacheStats, Image, ImageStats};
 use squashd_fuse::MountProbe;
 use squashd_kernel::KernelMount;
@@ -17,6 +17,8 @@ pub(crate) struct ServedImage {
     pub(crate) options: Vec<String>,
     /// The open image.
     pub(crate) image: Image,
+    /// Its source, when the image is remote: what fetching it costs.
+    pub(crate) remote: Option<squashd_remote::RemoteSource>,
     /// The device and inode of the file opened, to tell when the path names another file.
     pub(crate) file_id: Option<FileId>,
     /// Its mount's live figures.
@@ -153,18 +155,13 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
     let failed_loads =
         stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
     let errors = served.probe.failed_requests();
-    let health = match std::fs::metadata(&served.image_path) {
-        Err(_) => "image file deleted (still served from the open file)".to_string(),
-        Ok(m) if served.file_id.is_some_and(|id| id != FileId::from(&m)) => {
-            "image file replaced at its path: still serving the file opened at attach (detach and attach again to serve the new one)".to_string()
-        }
-        Ok(m) if m.len() < needed => {
-            format!("image file truncated to {} of {needed} bytes", m.len())
-        }
-        Ok(_) if errors > 0 || failed_loads > 0 => {
-            format!("{errors} requests failed with EIO, {failed_loads} block reads failed")
-        }
-        Ok(_) => "ok".to_string(),
+    let failed = (errors > 0 || failed_loads > 0)
+        .then(|| format!("{errors} requests failed with EIO, {failed_loads} block reads failed"));
+    let health = match &served.remote {
+        Some(remote) => remote.broken().or(failed).unwrap_or_else(|| "ok".into()),
+        None => local_health(served, needed)
+            .or(failed)
+            .unwrap_or_else(|| "ok".into()),
     };
     ImageStatus {
         image: served.image_path.clone(),
@@ -174,6 +171,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
         engine: served.probe.engine().to_string(),
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),
+        remote: served.remote.as_ref().map(remote_status),
         size_bytes: sb.bytes_used,
         inodes: sb.inode_count,
         open_handles: served.probe.open_handles(),
@@ -183,6 +181,38 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
         private_cache: served.private_cache,
         cache: tiers(&stats),
         attached_secs: served.since.elapsed().as_secs(),
+    }
+}
+
+/// What is wrong with a local image's file at its path, if anything.
+fn local_health(served: &ServedImage, needed: u64) -> Option<String> {
+    match std::fs::metadata(&served.image_path) {
+        Err(_) => Some("image file deleted (still served from the open file)".to_string()),
+        Ok(m) if served.file_id.is_some_and(|id| id != FileId::from(&m)) => {
+            Some("image file replaced at its path: still serving the file opened at attach (detach and attach again to serve the new one)".to_string())
+        }
+        Ok(m) if m.len() < needed => Some(format!(
+            "image file truncated to {} of {needed} bytes",
+            m.len()
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// What fetching a remote image has cost.
+fn remote_status(remote: &squashd_remote::RemoteSource) -> RemoteStatus {
+    let stats = remote.stats();
+    RemoteStatus {
+        version: remote.info().version(),
+        requests: stats.requests,
+        retries: stats.retries,
+        failures: stats.failures,
+        bytes_fetched: stats.bytes_fetched,
+        units_fetched: stats.units_fetched,
+        units_prefetched: stats.units_prefetched,
+        memory_hits: stats.memory_hits,
+        disk_cache_hits: stats.disk_hits,
+        wait_seconds: stats.wait_ns as f64 / 1e9,
     }
 }
 

@@ -106,14 +106,13 @@ pub(crate) fn translation_options(
 
 /// Runs `squashd mount` on the kernel path.
 pub(super) fn run(
-    image_path: PathBuf,
+    (image_path, image, remote): (PathBuf, Image, Option<squashd_remote::RemoteSource>),
     mountpoint: &Path,
     options: Options,
     given: Vec<String>,
     foreground: bool,
     ready_fd: Option<ReadyFd>,
 ) -> anyhow::Result<()> {
-    let image = Image::open(&image_path, &options.open)?;
     // All the work that starts no thread comes before the fork.
     let prepared = Prepared::new(image.clone(), &translation_options(&image, &options)?)?;
     crate::release_free_memory();
@@ -146,6 +145,7 @@ pub(super) fn run(
                 image_path,
                 options: given,
                 image,
+                remote,
                 file_id: None,
                 probe: Probe::Kernel(mounted.clone()),
                 since: Instant::now(),

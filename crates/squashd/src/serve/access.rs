@@ -51,8 +51,8 @@ impl Default for AccessLimits {
 /// What an attach that passed the checks mounts.
 #[derive(Debug)]
 pub(crate) struct Grant {
-    /// The image, open for reading.
-    pub(crate) image: File,
+    /// The image, open for reading; None for a remote image (root only), opened by address.
+    pub(crate) image: Option<File>,
     /// Its path, for reports and the health check.
     pub(crate) image_path: PathBuf,
     /// The mount point's canonical path.
@@ -81,6 +81,16 @@ impl AccessLimits {
         let privileged = caller.is_privileged();
         let uid = caller.uid;
         let (image_file, image_path) = match caller.image {
+            _ if crate::remote::is_remote(image) => {
+                if !privileged {
+                    bail!(
+                        "permission denied: uid {uid} may not attach a remote image (the daemon \
+                         would fetch it with its own network access and credentials); root may, \
+                         or it can be listed in the daemon's config"
+                    );
+                }
+                (None, image.to_path_buf())
+            }
             Some(file) => {
                 check_readable(&file, image)?;
                 // The path the descriptor was opened at, as the kernel knows it: the request's
@@ -90,7 +100,7 @@ impl AccessLimits {
                     file.as_raw_fd()
                 }))
                 .unwrap_or_else(|_| image.to_path_buf());
-                (file, path)
+                (Some(file), path)
             }
             None if privileged => {
                 let path = image
@@ -98,7 +108,7 @@ impl AccessLimits {
                     .with_context(|| format!("{}: image not found", image.display()))?;
                 let file = File::open(&path)
                     .with_context(|| format!("{}: cannot open the image", path.display()))?;
-                (file, path)
+                (Some(file), path)
             }
             None => bail!(
                 "permission denied: uid {uid} must pass the image as an open file (`squashd attach` does)"

@@ -99,16 +99,26 @@ fn expect_ok(response: Response) -> anyhow::Result<()> {
 /// Runs `squashd attach`. The image is opened here, with the caller's own rights, and passed
 /// to the daemon as an open file: the daemon serves only images its caller can read.
 pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
-    let image = absolute(&args.image)?;
+    // A remote image is named by its address, which the daemon fetches itself (root only).
+    let remote = crate::remote::is_remote(&args.image);
+    let image = if remote {
+        args.image.clone()
+    } else {
+        absolute(&args.image)?
+    };
     // A wrong option is the caller's usage error (exit 2), found before the daemon is asked.
     crate::options::Options::parse(&args.options, &image)?;
-    let file = File::open(&image).with_context(|| format!("{}: cannot open", image.display()))?;
+    let file = if remote {
+        None
+    } else {
+        Some(File::open(&image).with_context(|| format!("{}: cannot open", image.display()))?)
+    };
     let request = Request::Attach {
         image,
         mountpoint: absolute(&args.mountpoint)?,
         options: args.options,
     };
-    expect_ok(call(&args.socket.path(), &request, Some(&file))?)
+    expect_ok(call(&args.socket.path(), &request, file.as_ref())?)
 }
 
 /// Runs `squashd detach`.
@@ -184,5 +194,20 @@ fn print_table(s: &Status) {
             i.image.display(),
             if i.private_cache { " (own cache)" } else { "" },
         );
+        if let Some(r) = &i.remote {
+            println!(
+                "{:<28} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \
+                 {} disk-cache hits, readers waited {:.2} s; {}",
+                "",
+                mib(r.bytes_fetched),
+                r.requests,
+                r.retries,
+                r.failures,
+                r.units_prefetched,
+                r.disk_cache_hits,
+                r.wait_seconds,
+                r.version
+            );
+        }
     }
 }

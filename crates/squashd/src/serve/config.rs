@@ -10,8 +10,10 @@
 //! # metadata_cache = "256MiB"             # or set the tiers one by one
 //! # data_cache = "768MiB"
 //! # compressed_cache = "0"
+//! disk_cache = "/var/cache/squashd"        # optional: fetched data of remote images, kept
+//! disk_cache_size = "4GiB"                 #   across restarts within this budget
 //!
-//! [[image]]
+//! [[image]]                               # path: a file, or http(s)://... or s3://BUCKET/KEY
 //! path = "/var/lib/portables/foo.raw"
 //! mountpoint = "/run/portables/foo"
 //! options = "allow_other,uid=0"            # as `squashd mount -o`
@@ -64,6 +66,8 @@ pub struct Config {
     pub(crate) access: AccessLimits,
     /// The shared cache budgets.
     pub budgets: CacheBudgets,
+    /// How remote images are fetched and cached unless their options say otherwise.
+    pub(crate) remote: crate::remote::RemoteSettings,
     /// The images that parsed.
     pub images: Vec<ImageEntry>,
     /// Entries that did not parse, each as "image #N (path): why".
@@ -77,6 +81,7 @@ impl Default for Config {
             allow_uids: Vec::new(),
             access: AccessLimits::default(),
             budgets: default_budgets(),
+            remote: crate::remote::RemoteSettings::default(),
             images: Vec::new(),
             bad_entries: Vec::new(),
         }
@@ -131,9 +136,20 @@ impl Config {
         if let Some(n) = size("compressed_cache")? {
             config.budgets.compressed_bytes = n;
         }
+        if let Some(n) = size("disk_cache_size")? {
+            config.remote.disk_cache_bytes = n;
+        }
         for (key, value) in &table {
             match key.as_str() {
-                "cache" | "metadata_cache" | "data_cache" | "compressed_cache" | "image" => {}
+                "cache" | "metadata_cache" | "data_cache" | "compressed_cache" | "image"
+                | "disk_cache_size" => {}
+                "disk_cache" => {
+                    let dir = PathBuf::from(value.as_str().context("disk_cache: expected a path")?);
+                    if !dir.is_absolute() {
+                        bail!("disk_cache: {} is not an absolute path", dir.display());
+                    }
+                    config.remote.disk_cache_dir = Some(dir);
+                }
                 "socket" => {
                     config.socket = value.as_str().context("socket: expected a path")?.into()
                 }
@@ -167,9 +183,12 @@ impl Config {
                 .and_then(|p| p.as_str())
                 .unwrap_or("no path");
             match entry.clone().try_into::<ImageEntry>() {
-                Ok(e) if !e.mountpoint.is_absolute() || !e.path.is_absolute() => {
+                Ok(e)
+                    if !e.mountpoint.is_absolute()
+                        || !(e.path.is_absolute() || crate::remote::is_remote(&e.path)) =>
+                {
                     config.bad_entries.push(format!(
-                        "image #{} ({name}): path and mountpoint must be absolute",
+                        "image #{} ({name}): path (unless a remote address) and mountpoint must be absolute",
                         n + 1
                     ))
                 }

@@ -151,11 +151,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::logging::init_logging();
     let config = load(&args)?;
     let caches = Arc::new(Caches::new(&config.budgets));
-    let registry = Arc::new(Registry::new(
-        caches,
-        config.access.clone(),
-        config.blob_dir(),
-    ));
+    let registry = Arc::new(
+        Registry::new(caches, config.access.clone(), config.blob_dir())
+            .with_remote(config.remote.clone()),
+    );
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot install signal handlers")?;
     crate::control::listen(&config.socket, config.allow_uids.clone(), registry.clone())?;

@@ -143,7 +143,50 @@ pub(super) fn render(status: &Status) -> String {
             "Loads that failed (corrupt block, I/O error), by tier.",
         ),
     ];
+    let mut remote = [
+        Family::new(
+            "squashd_remote_requests_total",
+            "counter",
+            "HTTP requests sent for a remote image, retries included.",
+        ),
+        Family::new(
+            "squashd_remote_retries_total",
+            "counter",
+            "Requests sent again after a transient failure.",
+        ),
+        Family::new(
+            "squashd_remote_fetched_bytes_total",
+            "counter",
+            "Bytes received for a remote image.",
+        ),
+        Family::new(
+            "squashd_remote_disk_cache_hits_total",
+            "counter",
+            "Fetch units of a remote image answered from the disk cache.",
+        ),
+        Family::new(
+            "squashd_remote_wait_seconds_total",
+            "counter",
+            "Seconds readers spent waiting on the network, summed over readers.",
+        ),
+    ];
     for image in &status.images {
+        if let Some(r) = &image.remote {
+            let labels = vec![
+                ("mountpoint", image.mountpoint.display().to_string()),
+                ("image", image.image.display().to_string()),
+            ];
+            let values = [
+                r.requests as f64,
+                r.retries as f64,
+                r.bytes_fetched as f64,
+                r.disk_cache_hits as f64,
+                r.wait_seconds,
+            ];
+            for (family, value) in remote.iter_mut().zip(values) {
+                family.add(labels.clone(), value);
+            }
+        }
         let labels = || {
             vec![
                 ("mountpoint", image.mountpoint.display().to_string()),
@@ -179,6 +222,7 @@ pub(super) fn render(status: &Status) -> String {
     }
     families.extend(per_image);
     families.extend(cache);
+    families.extend(remote);
     let mut out = String::new();
     for family in &families {
         family.write(&mut out);
@@ -201,6 +245,7 @@ mod tests {
             last_error: None,
             engine: "kernel".into(),
             translation: None,
+            remote: None,
             size_bytes: 4096,
             inodes: 3,
             open_handles: 1,

@@ -13,7 +13,6 @@ use crate::engine;
 use crate::mount::kernel::{mount_flags, translation_options};
 use crate::options::{Engine, Options};
 use anyhow::{bail, Context};
-use squashd_core::source::FileSource;
 use squashd_core::{Caches, Image};
 use squashd_fuse::MountedImage;
 use squashd_kernel::{KernelPath, Prepared};
@@ -39,6 +38,8 @@ pub struct Registry {
     /// Where the kernel path's blob file system is mounted, once the first image needs it.
     blob_dir: PathBuf,
     kernel: Mutex<Option<Arc<KernelPath>>>,
+    /// How remote images are fetched and cached, unless their options say otherwise.
+    remote: crate::remote::RemoteSettings,
 }
 
 impl Registry {
@@ -53,7 +54,26 @@ impl Registry {
             mounts: Mutex::new(BTreeMap::new()),
             blob_dir,
             kernel: Mutex::new(None),
+            remote: crate::remote::RemoteSettings::default(),
         }
+    }
+
+    /// The daemon's settings for remote images (its config's `disk_cache`, `disk_cache_size`).
+    pub fn with_remote(mut self, remote: crate::remote::RemoteSettings) -> Self {
+        self.remote = remote;
+        self
+    }
+
+    /// An image's remote settings: its options, and the daemon's where it gave none.
+    fn remote_settings(&self, parsed: &Options) -> crate::remote::RemoteSettings {
+        let mut settings = parsed.remote.clone();
+        if !parsed.gave("disk_cache") {
+            settings.disk_cache_dir = self.remote.disk_cache_dir.clone();
+        }
+        if !parsed.gave("disk_cache_size") {
+            settings.disk_cache_bytes = self.remote.disk_cache_bytes;
+        }
+        settings
     }
 
     /// The daemon's blob file system, mounted on first use.
@@ -104,9 +124,6 @@ impl Registry {
             self.limits
                 .check_attach(caller, image, mountpoint, options, &mut parsed, held)?;
         let (image_path, mountpoint, options) = (grant.image_path, grant.mountpoint, grant.options);
-        if !parsed.gave("fsname") {
-            parsed.mount.fsname = image_path.display().to_string();
-        }
         if self.table().contains_key(&mountpoint) {
             bail!(
                 "{}: an image is already attached there",
@@ -130,16 +147,20 @@ impl Registry {
         if !parsed.gave("prefetch_threads") {
             parsed.mount.prefetch_threads = 1;
         }
-        let file_id = FileId::of(&grant.image);
-        let source = FileSource::from_file(grant.image);
-        if !parsed.gave("offset") {
-            parsed.open.offset = crate::cli::located_offset(&source, &image_path)?;
+        let file_id = grant.image.as_ref().and_then(FileId::of);
+        let given_offset = parsed.gave("offset").then_some(parsed.open.offset);
+        let source = match grant.image {
+            Some(file) => crate::remote::from_file(file, &image_path, given_offset)?,
+            None => crate::remote::open(&image_path, given_offset, &self.remote_settings(&parsed))?,
+        };
+        parsed.open.offset = source.offset;
+        // A remote image is shown by its address without secrets.
+        let image_path = PathBuf::from(&*source.name);
+        if !parsed.gave("fsname") {
+            parsed.mount.fsname = source.name.to_string();
         }
-        let opened = Image::from_source(
-            Box::new(source),
-            image_path.display().to_string().into(),
-            &parsed.open,
-        )?;
+        let remote = source.remote;
+        let opened = Image::from_source(source.source, source.name, &parsed.open)?;
         // Through the descriptor the checks were made on (see access.rs).
         let target = PathBuf::from(format!("/proc/self/fd/{}", grant.mount_dir.as_raw_fd()));
         let (engine, fell_back) = engine::choose(&parsed, grant.owner.is_none())?;
@@ -171,6 +192,7 @@ impl Registry {
                 image_path: image_path.clone(),
                 options: options.clone(),
                 image: opened,
+                remote,
                 file_id,
                 probe,
                 since: Instant::now(),

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ) {
             bar.set_style(style);
         }
-        bar
+        crate::cli::progress::add(bar)
     });
     write::clear_umask();
     let mut writer = write::Writer {

@@ -1,0 +1,174 @@
+//! Read-ahead: a window that grows while a reader goes on sequentially, and a queue of units to
+//! fetch in the background (that window, the kernel's and squashd's own read-ahead hints, a
+//! prefetch list), worked by a few threads that take connections only when no reader needs one
+//! (see `gate`).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How many sequential streams are followed at once; the least recently used is replaced.
+const STREAMS: usize = 8;
+
+/// Units queued at most; older entries are dropped first (a reader has moved on from them).
+const MAX_QUEUED: usize = 1 << 16;
+
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    last_unit: u64,
+    window: u64,
+    used: u64,
+}
+
+/// Recognises sequential readers and sizes their read-ahead window.
+pub(crate) struct Streams {
+    state: Mutex<([Stream; STREAMS], u64)>,
+    max_window: u64,
+}
+
+impl Streams {
+    pub fn new(max_window: u64) -> Streams {
+        Streams {
+            state: Mutex::new(([Stream::default(); STREAMS], 0)),
+            max_window: max_window.max(1),
+        }
+    }
+
+    /// A reader read units `first..=last`: the units to fetch ahead for it, if it reads on
+    /// from where a stream stopped (its window doubles each time), else none (a new stream).
+    pub fn on_read(&self, first: u64, last: u64) -> std::ops::Range<u64> {
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (streams, clock) = &mut *guard;
+        *clock += 1;
+        let now = *clock;
+        if let Some(stream) = streams
+            .iter_mut()
+            .find(|s| s.used != 0 && (first == s.last_unit + 1 || first == s.last_unit))
+        {
+            stream.used = now;
+            if last <= stream.last_unit {
+                return 0..0;
+            }
+            stream.window = (stream.window * 2).min(self.max_window);
+            stream.last_unit = last;
+            return last + 1..last + 1 + stream.window;
+        }
+        if let Some(oldest) = streams.iter_mut().min_by_key(|s| s.used) {
+            *oldest = Stream {
+                last_unit: last,
+                window: 1,
+                used: now,
+            };
+        }
+        0..0
+    }
+}
+
+/// Units waiting to be fetched ahead of any reader.
+pub(crate) struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    units: VecDeque<u64>,
+    queued: HashSet<u64>,
+    closed: bool,
+}
+
+impl Queue {
+    pub fn new() -> Queue {
+        Queue {
+            state: Mutex::default(),
+            ready: Condvar::new(),
+        }
+    }
+
+    /// Queues `units` (each once).
+    pub fn push(&self, units: impl IntoIterator<Item = u64>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for unit in units {
+            if state.queued.insert(unit) {
+                state.units.push_back(unit);
+            }
+        }
+        while state.units.len() > MAX_QUEUED {
+            if let Some(dropped) = state.units.pop_front() {
+                state.queued.remove(&dropped);
+            }
+        }
+        drop(state);
+        self.ready.notify_all();
+    }
+
+    /// The next unit to fetch, waiting up to `patience`; `None` on time-out, `Err` once closed.
+    pub fn pop(&self, patience: Duration) -> Result<Option<u64>, ()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.units.is_empty() && !state.closed {
+            state = self
+                .ready
+                .wait_timeout(state, patience)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        if state.closed {
+            return Err(());
+        }
+        let unit = state.units.pop_front();
+        if let Some(unit) = unit {
+            state.queued.remove(&unit);
+        }
+        Ok(unit)
+    }
+
+    /// Stops the workers.
+    pub fn close(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.ready.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequential_reader_gets_a_growing_window() {
+        let streams = Streams::new(8);
+        assert_eq!(
+            streams.on_read(10, 10),
+            0..0,
+            "a first read is not yet a stream"
+        );
+        assert_eq!(streams.on_read(11, 11), 12..14);
+        assert_eq!(
+            streams.on_read(11, 11),
+            0..0,
+            "the same unit again asks for nothing"
+        );
+        assert_eq!(streams.on_read(12, 12), 13..17);
+        assert_eq!(streams.on_read(13, 13), 14..22);
+        assert_eq!(streams.on_read(14, 14), 15..23, "capped at 8 units");
+        assert_eq!(
+            streams.on_read(500, 500),
+            0..0,
+            "a jump starts another stream"
+        );
+        assert_eq!(streams.on_read(15, 15), 16..24, "the first stream goes on");
+    }
+
+    #[test]
+    fn the_queue_keeps_each_unit_once_and_closes() {
+        let queue = Queue::new();
+        queue.push([3, 4, 3]);
+        assert_eq!(queue.pop(Duration::ZERO), Ok(Some(3)));
+        assert_eq!(queue.pop(Duration::ZERO), Ok(Some(4)));
+        assert_eq!(queue.pop(Duration::from_millis(1)), Ok(None));
+        queue.close();
+        assert_eq!(queue.pop(Duration::ZERO), Err(()));
+    }
+}

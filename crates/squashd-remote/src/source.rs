@@ -1,0 +1,468 @@
+//! [`RemoteSource`]: a remote object read in aligned units. A unit is looked for in the pinned
+//! metadata, then in memory, then in the disk cache, then fetched, one fetch per unit however
+//! many readers miss it at once (quick_cache's placeholders), and kept at every level.
+
+use crate::ahead::{Queue, Streams};
+use crate::disk_cache::{DiskCache, UnitKey};
+use crate::fetch::Fetcher;
+use crate::gate::Gate;
+use crate::http::{Client, Endpoint, FetchError, ObjectInfo};
+use crate::location::Location;
+use crate::stats::{Counters, RemoteStats};
+use quick_cache::sync::{Cache, GuardResult};
+use quick_cache::Weighter;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+/// How a remote image is fetched and cached.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// Bytes per fetch unit (aligned; the last unit is shorter). Default 1 MiB.
+    pub unit_size: u64,
+    /// Budget of fetched units kept in memory. Default 32 MiB.
+    pub memory_bytes: u64,
+    /// Connections to the server at most. Default 8.
+    pub connections: usize,
+    /// Retries of a transiently failed request. Default 4.
+    pub retries: u32,
+    /// Threads fetching ahead of readers. Default 2; 0 turns read-ahead off.
+    pub read_ahead_threads: usize,
+    /// Largest read-ahead window of a sequential reader, in units. Default 32.
+    pub max_window_units: u64,
+    /// The disk cache shared by the process's remote images, if any.
+    pub disk_cache: Option<Arc<DiskCache>>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            unit_size: 1 << 20,
+            memory_bytes: 32 << 20,
+            connections: 8,
+            retries: 4,
+            read_ahead_threads: 2,
+            max_window_units: 32,
+            disk_cache: None,
+        }
+    }
+}
+
+/// The metadata region is pinned in memory only up to this size; past it, it is read like data.
+const MAX_PINNED: u64 = 512 << 20;
+
+#[derive(Clone)]
+struct UnitWeighter;
+
+impl Weighter<u64, Arc<[u8]>> for UnitWeighter {
+    fn weight(&self, _unit: &u64, bytes: &Arc<[u8]>) -> u64 {
+        bytes.len().max(1) as u64
+    }
+}
+
+/// A remote image's bytes, read from any number of threads. Clones share everything.
+#[derive(Clone)]
+pub struct RemoteSource {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    name: String,
+    info: ObjectInfo,
+    identity: Arc<str>,
+    fetcher: Fetcher,
+    unit_size: u64,
+    memory: Cache<u64, Arc<[u8]>, UnitWeighter>,
+    pinned: RwLock<HashMap<u64, Arc<[u8]>>>,
+    disk: Option<Arc<DiskCache>>,
+    counters: Arc<Counters>,
+    broken: Mutex<Option<String>>,
+    gate: Gate,
+    streams: Streams,
+    queue: Arc<Queue>,
+    workers: Workers,
+}
+
+/// The read-ahead threads, started at the first unit queued by the process that queues it: a
+/// mount opens its image before it forks into the background, and fork keeps no thread.
+struct Workers {
+    me: Weak<Shared>,
+    count: usize,
+    started_in: Mutex<Option<u32>>,
+}
+
+impl Workers {
+    fn ensure_started(&self, queue: &Arc<Queue>) {
+        let pid = std::process::id();
+        let mut started_in = self
+            .started_in
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *started_in == Some(pid) {
+            return;
+        }
+        *started_in = Some(pid);
+        for _ in 0..self.count {
+            let (me, queue) = (self.me.clone(), queue.clone());
+            let spawned = std::thread::Builder::new()
+                .name("squashd-fetch-ahead".into())
+                .spawn(move || read_ahead_worker(&me, &queue));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start a read-ahead thread: {e}");
+            }
+        }
+    }
+}
+
+/// Which kind of request a unit is loaded for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Reader,
+    Ahead,
+}
+
+impl RemoteSource {
+    /// Opens the object at `location`: one HEAD for its size and validator, which is pinned.
+    pub fn open(location: &Location, options: &RemoteOptions) -> Result<RemoteSource, String> {
+        let name = location.to_string();
+        let endpoint = Endpoint::for_location(location).map_err(|e| format!("{name}: {e}"))?;
+        let counters = Arc::new(Counters::default());
+        let fetcher = Fetcher::new(
+            Client::new(options.connections),
+            endpoint,
+            options.retries,
+            counters.clone(),
+        );
+        let info = fetcher.head().map_err(|e| format!("{name}: {e}"))?;
+        let unit_size = options.unit_size.clamp(4096, 64 << 20);
+        let memory_bytes = options.memory_bytes.max(2 * unit_size);
+        let identity: Arc<str> = format!("{location:?}\0{}", info.version()).into();
+        let shared = Arc::new_cyclic(|me| Shared {
+            name,
+            info,
+            identity,
+            fetcher,
+            unit_size,
+            memory: Cache::with_weighter(
+                (memory_bytes / unit_size).max(2) as usize,
+                memory_bytes,
+                UnitWeighter,
+            ),
+            pinned: RwLock::default(),
+            disk: options.disk_cache.clone(),
+            counters,
+            broken: Mutex::new(None),
+            gate: Gate::new(options.connections),
+            streams: Streams::new(options.max_window_units),
+            queue: Arc::new(Queue::new()),
+            workers: Workers {
+                me: me.clone(),
+                count: options.read_ahead_threads,
+                started_in: Mutex::new(None),
+            },
+        });
+        Ok(RemoteSource { shared })
+    }
+
+    /// The image's name in messages: its address without secrets.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The object's size and the version pinned at open.
+    pub fn info(&self) -> &ObjectInfo {
+        &self.shared.info
+    }
+
+    /// What the image has cost so far.
+    pub fn stats(&self) -> RemoteStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Why every read now fails, once the object changed under the mount.
+    pub fn broken(&self) -> Option<String> {
+        self.shared.broken()
+    }
+
+    /// Reads the SquashFS superblock at `offset` and pins the image's metadata (its inode,
+    /// directory, fragment, id and xattr tables, stored together at its end) in memory, fetching
+    /// whatever the disk cache does not hold in one request. An image whose superblock cannot be
+    /// read is left alone: opening it will say why.
+    pub fn pin_metadata(&self, offset: u64) -> io::Result<()> {
+        let mut raw = [0u8; squashd_core::format::superblock::SUPERBLOCK_SIZE];
+        let Some(image_len) = self.shared.info.size.checked_sub(offset) else {
+            return Ok(());
+        };
+        if self.read_at(&mut raw, offset).is_err() {
+            return Ok(());
+        }
+        let Ok(superblock) = squashd_core::Superblock::parse(&raw, image_len) else {
+            return Ok(());
+        };
+        let (Some(start), Some(end)) = (
+            offset.checked_add(superblock.inode_table_start),
+            offset.checked_add(superblock.bytes_used),
+        ) else {
+            return Ok(());
+        };
+        if start >= end || end > self.shared.info.size || end - start > MAX_PINNED {
+            return Ok(());
+        }
+        self.shared.pin(start, end)
+    }
+
+    /// Queues bytes `pos..pos + len` to be fetched in the background (a prefetch list).
+    pub fn fetch_ahead(&self, pos: u64, len: u64) {
+        self.shared.queue_range(pos, len);
+    }
+
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        let shared = &self.shared;
+        if let Some(why) = shared.broken() {
+            return Err(io::Error::other(format!("{}: {why}", shared.name)));
+        }
+        let end = pos
+            .checked_add(buf.len() as u64)
+            .filter(|&end| end <= shared.info.size)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{}: {} bytes at {pos} run past the end of the {}-byte object",
+                        shared.name,
+                        buf.len(),
+                        shared.info.size
+                    ),
+                )
+            })?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let first = pos / shared.unit_size;
+        let last = (end - 1) / shared.unit_size;
+        let mut filled = 0usize;
+        for index in first..=last {
+            let unit = shared.unit(index, Need::Reader)?;
+            let unit_start = index * shared.unit_size;
+            let from = (pos + filled as u64 - unit_start) as usize;
+            let take = (buf.len() - filled).min(unit.len().saturating_sub(from));
+            let bytes = unit.get(from..from + take).ok_or_else(|| {
+                io::Error::other(format!("{}: unit {index} is short", shared.name))
+            })?;
+            buf[filled..filled + take].copy_from_slice(bytes);
+            filled += take;
+        }
+        let ahead = shared.streams.on_read(first, last);
+        if !ahead.is_empty() {
+            shared.queue_units(ahead);
+        }
+        Ok(())
+    }
+}
+
+impl squashd_core::source::Source for RemoteSource {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        self.read_at(buf, pos)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.shared.info.size)
+    }
+
+    fn will_need(&self, pos: u64, len: u64) {
+        self.shared.queue_range(pos, len);
+    }
+}
+
+impl Shared {
+    fn broken(&self) -> Option<String> {
+        self.broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn unit_len(&self, index: u64) -> u64 {
+        let start = index * self.unit_size;
+        self.unit_size.min(self.info.size.saturating_sub(start))
+    }
+
+    fn key(&self, index: u64) -> UnitKey {
+        UnitKey {
+            object: self.identity.clone(),
+            index,
+        }
+    }
+
+    fn has(&self, index: u64) -> bool {
+        self.memory.peek(&index).is_some()
+            || self
+                .pinned
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(&index)
+    }
+
+    fn queue_range(&self, pos: u64, len: u64) {
+        let Some(end) = pos.checked_add(len).map(|e| e.min(self.info.size)) else {
+            return;
+        };
+        if len == 0 || pos >= end {
+            return;
+        }
+        self.queue_units(pos / self.unit_size..(end - 1) / self.unit_size + 1);
+    }
+
+    fn queue_units(&self, units: std::ops::Range<u64>) {
+        let count = self.info.size.div_ceil(self.unit_size);
+        let units = units.start.min(count)..units.end.min(count);
+        if self.workers.count == 0 || units.is_empty() {
+            return;
+        }
+        self.workers.ensure_started(&self.queue);
+        self.queue.push(units.filter(|&u| !self.has(u)));
+    }
+
+    /// Unit `index`, from wherever it is nearest.
+    fn unit(&self, index: u64, need: Need) -> io::Result<Arc<[u8]>> {
+        if let Some(bytes) = self
+            .pinned
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+        {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(bytes.clone());
+        }
+        if let Some(bytes) = self.memory.get(&index) {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(bytes);
+        }
+        let started = Instant::now();
+        let result = match self.memory.get_value_or_guard(&index, None) {
+            GuardResult::Value(bytes) => Ok(bytes),
+            GuardResult::Guard(guard) => {
+                let bytes = self.load(index, need)?;
+                let _ = guard.insert(bytes.clone());
+                Ok(bytes)
+            }
+            GuardResult::Timeout => Err(io::Error::other("unreachable: no time-out was set")),
+        };
+        if need == Need::Reader {
+            Counters::add(&self.counters.wait_ns, started.elapsed().as_nanos() as u64);
+        }
+        result
+    }
+
+    /// Unit `index` from the disk cache, else from the server (then into the disk cache).
+    fn load(&self, index: u64, need: Need) -> io::Result<Arc<[u8]>> {
+        let len = self.unit_len(index);
+        if let Some(disk) = &self.disk {
+            if let Some(bytes) = disk.get(&self.key(index)).filter(|b| b.len() as u64 == len) {
+                Counters::add(&self.counters.disk_hits, 1);
+                return Ok(bytes.into());
+            }
+        }
+        let bytes: Arc<[u8]> = {
+            let _permit = match need {
+                Need::Reader => self.gate.for_reader(),
+                Need::Ahead => self.gate.for_read_ahead(),
+            };
+            self.fetch(index * self.unit_size, len)?.into()
+        };
+        Counters::add(&self.counters.units_fetched, 1);
+        if need == Need::Ahead {
+            Counters::add(&self.counters.units_prefetched, 1);
+        }
+        if let Some(disk) = &self.disk {
+            disk.put(&self.key(index), &bytes);
+        }
+        Ok(bytes)
+    }
+
+    /// Bytes from the server; a changed object breaks the source for good.
+    fn fetch(&self, start: u64, len: u64) -> io::Result<Vec<u8>> {
+        self.fetcher
+            .get(&self.info, start, len)
+            .map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, e: FetchError) -> io::Error {
+        let message = e.to_string();
+        if matches!(e, FetchError::Changed(_)) {
+            tracing::error!("{}: {message}; every read of it now fails", self.name);
+            *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+        } else {
+            tracing::warn!("{}: {message}", self.name);
+        }
+        io::Error::other(format!("{}: {message}", self.name))
+    }
+
+    /// Pins the units covering `start..end`, fetching those the disk cache lacks in one request.
+    fn pin(&self, start: u64, end: u64) -> io::Result<()> {
+        let first = start / self.unit_size;
+        let last = (end - 1) / self.unit_size;
+        let mut pinned = HashMap::new();
+        let mut missing = Vec::new();
+        for index in first..=last {
+            let cached = self.disk.as_ref().and_then(|disk| {
+                disk.get(&self.key(index))
+                    .filter(|b| b.len() as u64 == self.unit_len(index))
+            });
+            match cached {
+                Some(bytes) => {
+                    Counters::add(&self.counters.disk_hits, 1);
+                    pinned.insert(index, Arc::<[u8]>::from(bytes));
+                }
+                None => missing.push(index),
+            }
+        }
+        if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
+            let fetch_start = from * self.unit_size;
+            let fetch_end = to * self.unit_size + self.unit_len(to);
+            let bytes = {
+                let _permit = self.gate.for_reader();
+                self.fetch(fetch_start, fetch_end - fetch_start)?
+            };
+            for index in from..=to {
+                let at = ((index - from) * self.unit_size) as usize;
+                let len = self.unit_len(index) as usize;
+                let Some(unit) = bytes.get(at..at + len) else {
+                    break;
+                };
+                Counters::add(&self.counters.units_fetched, 1);
+                if let Some(disk) = &self.disk {
+                    disk.put(&self.key(index), unit);
+                }
+                pinned.entry(index).or_insert_with(|| unit.into());
+            }
+        }
+        self.pinned
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(pinned);
+        Ok(())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+/// Fetches queued units while the source lives; holds it only for one unit at a time, so a
+/// dropped source ends its workers.
+fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue) {
+    while let Ok(next) = queue.pop(Duration::from_secs(1)) {
+        let Some(index) = next else { continue };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.broken().is_none() && !shared.has(index) {
+            // A failure here is a reader's to meet and report; read-ahead just stops for it.
+            let _ = shared.unit(index, Need::Ahead);
+        }
+    }
+}

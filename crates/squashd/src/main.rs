@@ -11,6 +11,7 @@ macro_rules! log_line {
     }};
 }
 
+mod assets;
 mod cli;
 mod control;
 mod daemonize;
@@ -23,7 +24,7 @@ mod readiness;
 mod serve;
 mod size;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Serve SquashFS images to many parallel readers: inspect and extract them offline, mount them
@@ -65,6 +66,9 @@ enum Command {
     /// Walk an image from many threads in-process and report time and cache counters.
     #[command(hide = true)]
     Walk(cli::walk::Args),
+    /// Write the man pages and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    GenerateAssets(assets::Args),
 }
 
 /// Keeps large allocations out of the heap. fuser gives every request thread a zeroed 16 MiB
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
         Command::Attach(a) => serve::attach(a),
         Command::Detach(a) => serve::detach(a),
         Command::Status(a) => serve::status(a),
+        Command::GenerateAssets(a) => assets::run(a, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,7 @@ macro_rules! log_line {
     }};
 }
 
+mod assets;
 mod cli;
 mod control;
 mod daemonize;
@@ -24,7 +25,7 @@ mod remote;
 mod serve;
 mod size;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Serve SquashFS images to many parallel readers: inspect and extract them offline, mount them
@@ -66,6 +67,9 @@ enum Command {
     /// Walk an image from many threads in-process and report time and cache counters.
     #[command(hide = true)]
     Walk(cli::walk::Args),
+    /// Write the man pages and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    GenerateAssets(assets::Args),
 }
 
 /// Keeps large allocations out of the heap. fuser gives every request thread a zeroed 16 MiB
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
         Command::Attach(a) => serve::attach(a),
         Command::Detach(a) => serve::detach(a),
         Command::Status(a) => serve::status(a),
+        Command::GenerateAssets(a) => assets::run(a, Cli::command()),
     };
     cli::progress::finish();
     match result {

@@ -27,8 +27,9 @@ use std::sync::{Arc, Mutex};
 Runs in the foreground (as a systemd Type=notify service: READY=1 once every configured image \
 answers). SIGHUP re-reads the config and attaches or detaches the difference; SIGTERM and SIGINT \
 detach everything and exit. Control it with `squashd attach`, `squashd detach` and `squashd \
-status`. The config format: packaging/serve.example.toml; the systemd unit and how to install \
-it: packaging/squashd.service and packaging/README.md.")]
+status`. The config format: packaging/serve.example.toml (from the Debian package: \
+/usr/share/doc/squashd/examples/); the systemd unit and how to install it: \
+packaging/squashd.service and packaging/README.md.")]
 pub struct Args {
     /// The config file (TOML). Without one, the daemon starts with no images.
     #[arg(long, short = 'c', value_name = "FILE")]

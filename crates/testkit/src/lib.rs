@@ -36,6 +36,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod http;
 pub mod raw;
 mod squashfs_tools;
 mod tree;

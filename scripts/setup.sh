@@ -14,3 +14,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The S3-compatible server of the remote-image tests: s3s-fs from crates.io, built once into
+# ~/.cargo/bin (about 3.5 CPU-minutes). 0.14.1 is the last release that builds with Rust 1.95.
+if ! command -v s3s-fs >/dev/null && ! [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
+  echo "setup: installing s3s-fs (cargo install)"
+  cargo install --quiet --locked s3s-fs --version 0.14.1 --features binary
+fi

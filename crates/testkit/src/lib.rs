@@ -38,6 +38,7 @@
 
 pub mod http;
 pub mod raw;
+pub mod s3;
 mod squashfs_tools;
 mod tree;
 mod walk;

@@ -17,6 +17,7 @@
 mod fault;
 mod fault_conn;
 mod nginx;
+mod range;
 
 pub use fault::{FaultServer, Stats};
 pub use nginx::Nginx;

@@ -189,7 +189,7 @@ impl FaultServer {
 
     /// For the next `responses` answers with a body, sends `after` bytes of the body (of the
     /// Content-Length announced in full) and then resets the connection (RST), as a network
-    /// failure would.
+    /// failure would (a body of `after` bytes or fewer is sent whole, and still reset).
     pub fn cut_after(&self, after: u64, responses: u32) {
         self.shared.state().faults.cut = Some(BodyFault { after, responses });
     }

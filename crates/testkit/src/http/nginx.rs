@@ -14,7 +14,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running nginx serving a directory as static files: ranged GETs answer 206 with
 /// Content-Range, every answer carries nginx's ETag (`"<mtime hex>-<size hex>"`), and `If-Match`
-/// with another ETag answers 412. Stopped (killed and reaped) when dropped.
+/// with another ETag answers 412 and closes the connection (while its header says keep-alive),
+/// so a client must be ready to reconnect after one. Stopped (killed and reaped) when dropped.
 ///
 /// nginx runs in the foreground as one process (`daemon off`, `master_process off`), so the test
 /// owns it directly and, as root, it keeps root's rights to read the served directory (with a

@@ -1,6 +1,8 @@
 //! Shared test fixtures for squashd: a fixture tree that exercises every corner of the SquashFS
 //! 4.0 format, runners for the real `mksquashfs`/`unsquashfs`, and a walker that records a tree
-//! on disk in a form tests compare with what squashd reads from an image.
+//! on disk in a form tests compare with what squashd reads from an image. For remote images, the
+//! servers tests start on 127.0.0.1: [`http`] (nginx, and an in-process server that injects
+//! faults) and [`s3`] (s3s-fs, an S3-compatible server with credentials).
 //!
 //! Tests never compare with outputs produced by squashd itself: they build images with the real
 //! mksquashfs from the tree [`build_tree`] writes, and compare what squashd reads with the source
@@ -36,7 +38,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod http;
 pub mod raw;
+pub mod s3;
 mod squashfs_tools;
 mod tree;
 mod walk;

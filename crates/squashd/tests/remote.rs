@@ -1,0 +1,361 @@
+//! Remote images: the real binary reading images from a real nginx (Range, ETag), from an
+//! in-process server that injects faults, and from a real S3-compatible server (s3s-fs) with
+//! credentials; results compared with unsquashfs and the kernel's squashfs mount of a local
+//! copy. Servers listen on 127.0.0.1 only and stop when the test ends. Tests that need a server,
+//! root or /dev/fuse print why they skip.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use testkit::http::{FaultServer, Nginx};
+use testkit::{Built, TreeOptions};
+
+const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
+
+fn squashd(args: &[&str]) -> Output {
+    Command::new(SQUASHD)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let needle = format!(" {} ", mnt.display());
+    fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(&needle))
+}
+
+/// Unmounts lazily on drop whatever is still mounted at its path.
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// A small image with one multi-block file (`big`, 3 MiB of noise that does not compress) and
+/// a few small ones, compressed with gzip in 128 KiB blocks: its data spans several fetch units.
+fn data_image(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let big: Vec<u8> = (0..3 << 20).map(|_| rng.u8(..)).collect();
+    fs::write(src.join("big"), &big).unwrap();
+    for i in 0..20 {
+        fs::write(
+            src.join("d").join(format!("f{i}")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .unwrap();
+    }
+    let image = dir.join("data.sqfs");
+    testkit::mksquashfs(&src, &image, &["-comp", "gzip", "-noappend"]);
+    (image, big)
+}
+
+#[test]
+fn offline_tools_over_http_match_unsquashfs() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let built = Built::new(&TreeOptions::default());
+    let image = built.image("zstd", &["-comp", "zstd"]);
+    let nginx = match Nginx::serve(image.parent().unwrap()) {
+        Ok(n) => n,
+        Err(why) => return testkit::skip(&format!("nginx cannot serve: {why}")),
+    };
+    let url = nginx.url("zstd.sqfs");
+    let reference = built.extract(&image);
+    let dest = built.scratch("extract-over-http");
+    let out = squashd(&["extract", &url, "-d", dest.to_str().unwrap()]);
+    assert!(out.status.success(), "extract over HTTP: {}", stderr(&out));
+    testkit::assert_records_eq(
+        &testkit::walk_disk(&reference),
+        &testkit::walk_disk(&dest),
+        "squashd extract over HTTP against unsquashfs -d",
+    );
+    let out = squashd(&["info", &url]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&url));
+}
+
+#[test]
+fn a_mount_over_http_matches_the_kernels_squashfs_of_a_local_copy() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let built = Built::new(&TreeOptions::default());
+    let image = built.image("zstd", &["-comp", "zstd"]);
+    let nginx = match Nginx::serve(image.parent().unwrap()) {
+        Ok(n) => n,
+        Err(why) => return testkit::skip(&format!("nginx cannot serve: {why}")),
+    };
+    let url = nginx.url("zstd.sqfs");
+    let (reference, kernel) = built.reference(&image, "zstd");
+    let expected = testkit::walk_disk(&reference);
+    let mut engines = vec!["fuse"];
+    if testkit::can_mount_erofs() {
+        engines.push("kernel");
+    } else {
+        testkit::skip("the kernel path over HTTP: this kernel cannot mount EROFS from files");
+    }
+    for engine in engines {
+        let mnt = built.scratch(&format!("mnt-http-{engine}"));
+        fs::create_dir_all(&mnt).unwrap();
+        let socket = built.scratch(&format!("{engine}.sock"));
+        let opts = format!("{engine},allow_other,control={}", socket.display());
+        let out = squashd(&["mount", &url, mnt.to_str().unwrap(), "-o", &opts]);
+        assert!(out.status.success(), "mount over HTTP: {}", stderr(&out));
+        let _guard = MountGuard(mnt.clone());
+        testkit::assert_records_eq(
+            &expected,
+            &testkit::walk_disk(&mnt),
+            &format!("{engine} mount over HTTP against the kernel's squashfs"),
+        );
+        let out = squashd(&["status", "--socket", socket.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let remote = &status["images"][0]["remote"];
+        assert!(remote["requests"].as_u64().unwrap() >= 3, "{status}");
+        assert!(remote["bytes_fetched"].as_u64().unwrap() > 0, "{status}");
+        assert_eq!(status["images"][0]["image"], url.as_str());
+        let log = nginx.access_log();
+        assert!(
+            log.lines().any(|l| l.contains("HEAD")),
+            "the size and ETag come from a HEAD:\n{log}"
+        );
+        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    }
+    if let Some(k) = kernel {
+        let _ = Command::new("umount").arg(&k).status();
+    }
+}
+
+/// `squashd cat URL /big` with the server's fault plan as `arrange` leaves it: the output, and
+/// whether it succeeded.
+fn cat_big(server: &FaultServer) -> Output {
+    squashd(&["cat", &server.url(), "/big"])
+}
+
+#[test]
+fn faults_give_retries_or_a_clear_error_never_wrong_bytes() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+
+    let out = cat_big(&server);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == big, "plain read");
+
+    // A connection reset mid-body, and a body cut short by a clean close: tried again.
+    server.cut_after(1000, 2);
+    let out = cat_big(&server);
+    assert!(out.status.success(), "after cuts: {}", stderr(&out));
+    assert!(out.stdout == big, "after cuts");
+    assert_eq!(server.stats().cuts, 2);
+    server.clear_faults();
+    server.truncate_after(5000, 2);
+    let out = cat_big(&server);
+    assert!(out.status.success(), "after truncations: {}", stderr(&out));
+    assert!(out.stdout == big, "after truncations");
+    server.clear_faults();
+
+    // A burst of 503s: tried again; more than the retries allow: a one-line error naming the
+    // image and the status, and no byte that is not the file's.
+    server.fail_next(3, 503);
+    let out = cat_big(&server);
+    assert!(out.status.success(), "after 3 x 503: {}", stderr(&out));
+    assert!(out.stdout == big);
+    server.fail_next(1000, 503);
+    let out = cat_big(&server);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(&server.url()) && err.contains("503"), "{err}");
+    assert!(big.starts_with(&out.stdout), "only the file's own bytes");
+    server.clear_faults();
+
+    // A slow server (a delay under the time-outs) is waited for.
+    server.set_delay(Duration::from_millis(300));
+    let out = cat_big(&server);
+    assert!(out.status.success(), "slow server: {}", stderr(&out));
+    assert!(out.stdout == big);
+    server.set_delay(Duration::ZERO);
+
+    // A server that ignores Range is refused with a clear error.
+    server.ignore_range(true);
+    let out = cat_big(&server);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("ignores HTTP range requests"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn an_object_replaced_under_a_daemon_gives_eio_and_its_other_images_keep_serving() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    let bytes = fs::read(&image).unwrap();
+    let server = FaultServer::start("/data.sqfs", bytes.clone());
+    let steady = FaultServer::start("/data.sqfs", bytes.clone());
+    let (changing_mnt, steady_mnt) = (dir.path().join("changing"), dir.path().join("steady"));
+    fs::create_dir_all(&changing_mnt).unwrap();
+    fs::create_dir_all(&steady_mnt).unwrap();
+    let _guards = (
+        MountGuard(changing_mnt.clone()),
+        MountGuard(steady_mnt.clone()),
+    );
+    let socket = dir.path().join("serve.sock");
+    let config = dir.path().join("serve.toml");
+    fs::write(
+        &config,
+        format!(
+            "socket = {socket:?}\n\
+             [[image]]\npath = {:?}\nmountpoint = {changing_mnt:?}\noptions = \"fuse\"\n\
+             [[image]]\npath = {:?}\nmountpoint = {steady_mnt:?}\noptions = \"fuse\"\n",
+            server.url(),
+            steady.url()
+        ),
+    )
+    .unwrap();
+    let mut daemon = Command::new(SQUASHD)
+        .args(["serve", "-c"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(is_mounted(&changing_mnt) && is_mounted(&steady_mnt)) {
+        assert!(Instant::now() < deadline, "the daemon did not mount both");
+        assert!(daemon.try_wait().unwrap().is_none(), "the daemon exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The small files' data lies in the same unit as the start of big: read the end of big,
+    // which no read has brought in yet, after the object changes.
+    assert_eq!(
+        fs::read(changing_mnt.join("d/f3")).unwrap(),
+        b"file 3\n".repeat(4)
+    );
+    let mut changed = bytes.clone();
+    let last = changed.len() - 1;
+    changed[last] ^= 1;
+    server.replace(changed);
+    let read = fs::read(changing_mnt.join("big"));
+    let errno = read.as_ref().err().and_then(|e| e.raw_os_error());
+    assert_eq!(errno, Some(libc::EIO), "a read after the change: {read:?}");
+    assert!(
+        fs::read(steady_mnt.join("big")).unwrap() == big,
+        "the other image"
+    );
+    let out = squashd(&["status", "--socket", socket.to_str().unwrap(), "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changing = status["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["mountpoint"] == changing_mnt.to_str().unwrap())
+        .unwrap();
+    let health = changing["health"].as_str().unwrap();
+    assert!(health.contains("changed since it was opened"), "{health}");
+    let steady_status = status["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["mountpoint"] == steady_mnt.to_str().unwrap())
+        .unwrap();
+    assert_eq!(steady_status["health"], "ok");
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let _ = daemon.wait();
+}
+
+#[test]
+fn s3_images_are_read_with_the_environments_credentials() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let s3 = match testkit::s3::S3Server::start() {
+        Ok(s) => s,
+        Err(why) => return testkit::skip(&format!("no S3 server: {why}")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    s3.put_file("images", "dir/data.sqfs", &image).unwrap();
+    let run = |secret: &str| {
+        Command::new(SQUASHD)
+            .args(["cat", "s3://images/dir/data.sqfs", "/big"])
+            .env("AWS_ACCESS_KEY_ID", s3.access_key())
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", s3.region())
+            .env("AWS_ENDPOINT_URL", s3.endpoint())
+            .env("HOME", dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(s3.secret_key());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == big);
+    let out = run("not-the-secret");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("s3://images/dir/data.sqfs") && err.contains("403"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("not-the-secret"),
+        "the secret is never shown: {err}"
+    );
+
+    // The same from the shared credentials file, as AWS's tools read it.
+    let aws = dir.path().join(".aws");
+    fs::create_dir_all(&aws).unwrap();
+    fs::write(
+        aws.join("credentials"),
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            s3.access_key(),
+            s3.secret_key()
+        ),
+    )
+    .unwrap();
+    fs::write(
+        aws.join("config"),
+        format!(
+            "[default]\nregion = {}\nendpoint_url = {}\n",
+            s3.region(),
+            s3.endpoint()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(SQUASHD)
+        .args(["cat", "s3://images/dir/data.sqfs", "/big"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env("HOME", dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "from ~/.aws: {}", stderr(&out));
+    assert!(out.stdout == big);
+}

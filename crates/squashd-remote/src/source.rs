@@ -33,6 +33,8 @@ pub struct RemoteOptions {
     pub max_window_units: u64,
     /// The disk cache shared by the process's remote images, if any.
     pub disk_cache: Option<Arc<DiskCache>>,
+    /// Whether to record which units readers ask for, in order (see [`RemoteSource::trace`]).
+    pub record_trace: bool,
 }
 
 impl Default for RemoteOptions {
@@ -45,6 +47,7 @@ impl Default for RemoteOptions {
             read_ahead_threads: 2,
             max_window_units: 32,
             disk_cache: None,
+            record_trace: false,
         }
     }
 }
@@ -82,7 +85,18 @@ struct Shared {
     streams: Streams,
     queue: Arc<Queue>,
     workers: Workers,
+    trace: Option<Mutex<Trace>>,
 }
+
+/// Units readers asked for, each once, in the order first asked.
+#[derive(Default)]
+struct Trace {
+    seen: std::collections::HashSet<u64>,
+    order: Vec<u64>,
+}
+
+/// A trace keeps at most this many units (a 1 TiB image at 1 MiB units).
+const MAX_TRACED: usize = 1 << 20;
 
 /// The read-ahead threads, started at the first unit queued by the process that queues it: a
 /// mount opens its image before it forks into the background, and fork keeps no thread.
@@ -161,6 +175,7 @@ impl RemoteSource {
                 count: options.read_ahead_threads,
                 started_in: Mutex::new(None),
             },
+            trace: options.record_trace.then(Mutex::default),
         });
         Ok(RemoteSource { shared })
     }
@@ -212,6 +227,25 @@ impl RemoteSource {
         self.shared.pin(start, end)
     }
 
+    /// The byte ranges of the object readers asked for, unit by unit in the order first asked
+    /// (adjacent units merged), when recorded ([`RemoteOptions::record_trace`]): a prefetch
+    /// list for the next mount of the same image.
+    pub fn trace(&self) -> Vec<(u64, u64)> {
+        let Some(trace) = &self.shared.trace else {
+            return Vec::new();
+        };
+        let trace = trace.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for &unit in &trace.order {
+            let (start, len) = (unit * self.shared.unit_size, self.shared.unit_len(unit));
+            match ranges.last_mut() {
+                Some((s, l)) if *s + *l == start => *l += len,
+                _ => ranges.push((start, len)),
+            }
+        }
+        ranges
+    }
+
     /// Queues bytes `pos..pos + len` to be fetched in the background (a prefetch list).
     pub fn fetch_ahead(&self, pos: u64, len: u64) {
         self.shared.queue_range(pos, len);
@@ -243,6 +277,7 @@ impl RemoteSource {
         let last = (end - 1) / shared.unit_size;
         let mut filled = 0usize;
         for index in first..=last {
+            shared.note_traced(index);
             let unit = shared.unit(index, Need::Reader)?;
             let unit_start = index * shared.unit_size;
             let from = (pos + filled as u64 - unit_start) as usize;
@@ -281,6 +316,15 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn note_traced(&self, index: u64) {
+        if let Some(trace) = &self.trace {
+            let mut trace = trace.lock().unwrap_or_else(PoisonError::into_inner);
+            if trace.order.len() < MAX_TRACED && trace.seen.insert(index) {
+                trace.order.push(index);
+            }
+        }
     }
 
     fn unit_len(&self, index: u64) -> u64 {

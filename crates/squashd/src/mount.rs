@@ -111,6 +111,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Some(daemonize()?)
     };
+    let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
+    if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
+        crate::remote::start_prefetch(&image, remote, list);
+    }
     let _control = match &options.control {
         Some(socket) => Some(control::LoneMountControl::listen(
             socket,

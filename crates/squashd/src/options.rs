@@ -295,6 +295,34 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "prefetch",
+        root_only: Some("the daemon would read the list with its own rights"),
+        value: Value::Text("FILE"),
+        default: DefaultValue::None,
+        help: "a remote image: once mounted, fetch in the background what this list names \
+               (lines /PATH of the image, or @START+LEN byte ranges as trace= writes them)",
+        apply: |o, a| {
+            if let Arg::Text(path) = a {
+                o.remote.prefetch = Some(PathBuf::from(path));
+            }
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "trace",
+        root_only: Some("the daemon would write the file with its own rights"),
+        value: Value::Text("FILE"),
+        default: DefaultValue::None,
+        help: "a remote image: when the mount ends, write the byte ranges readers asked for, \
+               in order, to this file (a list for prefetch=)",
+        apply: |o, a| {
+            if let Arg::Text(path) = a {
+                o.remote.trace = Some(PathBuf::from(path));
+            }
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "fsname",
         root_only: None,
         value: Value::Text("NAME"),

@@ -22,6 +22,10 @@ pub(crate) struct RemoteSettings {
     pub(crate) fetch_unit: u64,
     /// Connections per image at most.
     pub(crate) connections: usize,
+    /// Where to write the byte ranges readers asked for when the mount ends (`trace=`).
+    pub(crate) trace: Option<PathBuf>,
+    /// A list of paths and byte ranges to fetch in the background once mounted (`prefetch=`).
+    pub(crate) prefetch: Option<PathBuf>,
 }
 
 impl Default for RemoteSettings {
@@ -32,6 +36,8 @@ impl Default for RemoteSettings {
             disk_cache_bytes: 4 << 30,
             fetch_unit: defaults.unit_size,
             connections: defaults.connections,
+            trace: None,
+            prefetch: None,
         }
     }
 }
@@ -78,6 +84,7 @@ pub(crate) fn open(
             .as_deref()
             .map(|dir| shared_disk_cache(dir, settings.disk_cache_bytes))
             .transpose()?,
+        record_trace: settings.trace.is_some(),
         ..RemoteOptions::default()
     };
     let remote = RemoteSource::open(&location, &options).map_err(|e| anyhow::anyhow!(e))?;
@@ -141,4 +148,110 @@ fn shared_disk_cache(dir: &Path, budget: u64) -> anyhow::Result<Arc<DiskCache>> 
         .map_err(|e| anyhow::anyhow!("disk cache {}: {e}", dir.display()))?;
     open.insert(dir.to_path_buf(), Arc::downgrade(&cache));
     Ok(cache)
+}
+
+/// Writes a remote image's access trace to a file when dropped: when its mount ends.
+pub(crate) struct TraceOnDrop {
+    remote: RemoteSource,
+    path: PathBuf,
+}
+
+impl TraceOnDrop {
+    /// A guard writing `remote`'s trace to `path` if both are given.
+    pub(crate) fn new(remote: Option<&RemoteSource>, path: Option<&Path>) -> Option<TraceOnDrop> {
+        Some(TraceOnDrop {
+            remote: remote?.clone(),
+            path: path?.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for TraceOnDrop {
+    fn drop(&mut self) {
+        let mut text = format!(
+            "# squashd access trace of {} ({}): byte ranges readers asked for, in order.\n\
+             # Give it to a later mount as -o prefetch=FILE.\n",
+            self.remote.name(),
+            self.remote.info().version()
+        );
+        for (start, len) in self.remote.trace() {
+            text.push_str(&format!("@{start}+{len}\n"));
+        }
+        if let Err(e) = std::fs::write(&self.path, text) {
+            tracing::warn!("{}: cannot write the trace: {e}", self.path.display());
+        }
+    }
+}
+
+/// Fetches what the list at `list` names in the background, below readers' priority: lines
+/// `/PATH` (a file, or every file under a directory, of the image) and `@START+LEN` (bytes of
+/// the object, as a trace gives them); `#` starts a comment. A line that names nothing is
+/// logged and skipped.
+pub(crate) fn start_prefetch(image: &squashd_core::Image, remote: &RemoteSource, list: &Path) {
+    let (image, remote, list) = (image.clone(), remote.clone(), list.to_path_buf());
+    let spawned = std::thread::Builder::new()
+        .name("prefetch-list".into())
+        .spawn(move || {
+            let text = match std::fs::read_to_string(&list) {
+                Ok(text) => text,
+                Err(e) => {
+                    return tracing::warn!("prefetch list {}: cannot read it: {e}", list.display())
+                }
+            };
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if let Err(why) = prefetch_line(&image, &remote, line) {
+                    tracing::warn!("prefetch list {}:{}: {why}", list.display(), n + 1);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the prefetch list's thread: {e}");
+    }
+}
+
+fn prefetch_line(
+    image: &squashd_core::Image,
+    remote: &RemoteSource,
+    line: &str,
+) -> Result<(), String> {
+    if let Some(range) = line.strip_prefix('@') {
+        let (start, len) = range
+            .split_once('+')
+            .and_then(|(s, l)| Some((s.parse::<u64>().ok()?, l.parse::<u64>().ok()?)))
+            .ok_or_else(|| format!("{line:?} is not @START+LEN"))?;
+        remote.fetch_ahead(start, len);
+        return Ok(());
+    }
+    if !line.starts_with('/') {
+        return Err(format!("{line:?} is neither /PATH nor @START+LEN"));
+    }
+    let inode = image
+        .resolve_path(line.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut pending = vec![inode];
+    // A bound on the work one line can ask for, whatever the image holds.
+    let mut budget = 1_000_000usize;
+    while let Some(inode) = pending.pop() {
+        budget = budget.checked_sub(1).ok_or("too many files under it")?;
+        if inode.is_dir() {
+            for (_, child) in image.read_dir_plus(&inode).map_err(|e| e.to_string())? {
+                pending.push(child);
+            }
+            continue;
+        }
+        let Ok(file) = image.open_file(&inode) else {
+            continue;
+        };
+        let block = u64::from(file.block_size());
+        let positions = (0..file.chunk_count()).filter_map(|chunk| file.chunk_position(chunk));
+        let (first, last) = positions.fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        if first <= last {
+            image.read_ahead(first, last - first + block);
+        }
+    }
+    Ok(())
 }

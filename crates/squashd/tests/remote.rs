@@ -359,3 +359,72 @@ fn s3_images_are_read_with_the_environments_credentials() {
     assert!(out.status.success(), "from ~/.aws: {}", stderr(&out));
     assert!(out.stdout == big);
 }
+
+#[test]
+fn a_trace_of_one_mount_prefetches_the_next() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    let image_len = fs::metadata(&image).unwrap().len();
+    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+    let mnt = dir.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let _guard = MountGuard(mnt.clone());
+    let trace = dir.path().join("trace");
+    let socket = dir.path().join("mount.sock");
+    let mount = |opts: &str| {
+        let out = squashd(&["mount", &server.url(), mnt.to_str().unwrap(), "-o", opts]);
+        assert!(out.status.success(), "mount -o {opts}: {}", stderr(&out));
+    };
+    let unmount = |wait_for_trace: bool| {
+        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (wait_for_trace && fs::metadata(&trace).is_err()) || socket.exists() {
+            assert!(Instant::now() < deadline, "the mount did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // 64 KiB fetch units: big spans many, and read-ahead of a sequential reader is off for
+    // lack of one (the file is read through the page cache in one go by fs::read).
+    mount(&format!("fuse,fetch_unit=64KiB,trace={}", trace.display()));
+    assert!(fs::read(mnt.join("big")).unwrap() == big);
+    unmount(true);
+    let text = fs::read_to_string(&trace).unwrap();
+    let traced: u64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('@'))
+        .map(|r| r.split_once('+').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(traced >= big.len() as u64, "the trace covers big:\n{text}");
+
+    // The next mount fetches what the trace names before anyone reads it.
+    server.reset_stats();
+    mount(&format!(
+        "fuse,fetch_unit=64KiB,prefetch={},control={}",
+        trace.display(),
+        socket.display()
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = squashd(&["status", "--socket", socket.to_str().unwrap(), "--json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // The trace named every unit of this small image: all of it is fetched, most ahead.
+        let remote = &status["images"][0]["remote"];
+        let fetched = remote["bytes_fetched"].as_u64().unwrap();
+        if fetched >= image_len && remote["units_prefetched"].as_u64().unwrap() > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not prefetched: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gets_before = server.stats().gets;
+    assert!(fs::read(mnt.join("big")).unwrap() == big);
+    assert_eq!(
+        server.stats().gets,
+        gets_before,
+        "reading what was prefetched asks the server nothing more"
+    );
+    unmount(false);
+}

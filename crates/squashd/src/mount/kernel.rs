@@ -138,6 +138,10 @@ pub(super) fn run(
             return Err(e.into());
         }
     };
+    let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
+    if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
+        crate::remote::start_prefetch(&image, remote, list);
+    }
     let _control = match &options.control {
         Some(socket) => Some(LoneMountControl::listen(
             socket,

@@ -28,6 +28,8 @@ struct Attached {
     from_config: bool,
     /// The user it was attached for through the control socket (None: root, or the config).
     owner: Option<u32>,
+    /// Writes a remote image's access trace (`trace=`) when it is detached.
+    _trace: Option<crate::remote::TraceOnDrop>,
 }
 
 /// The attached images.
@@ -187,7 +189,12 @@ impl Registry {
             started
         };
         drop(grant.mount_dir);
+        let settings = self.remote_settings(&parsed);
+        if let (Some(remote), Some(list)) = (&remote, &settings.prefetch) {
+            crate::remote::start_prefetch(&opened, remote, list);
+        }
         let attached = Attached {
+            _trace: crate::remote::TraceOnDrop::new(remote.as_ref(), settings.trace.as_deref()),
             served: ServedImage {
                 image_path: image_path.clone(),
                 options: options.clone(),

@@ -18,6 +18,7 @@ mod dead_mounts;
 mod engine;
 mod logging;
 mod mount;
+mod notify_pipe;
 mod options;
 mod readiness;
 mod serve;

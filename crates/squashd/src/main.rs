@@ -23,6 +23,7 @@ mod options;
 mod readiness;
 mod serve;
 mod size;
+mod squashfuse_compat;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -108,6 +109,9 @@ pub(crate) fn release_free_memory() {
 
 fn main() -> ExitCode {
     fix_mmap_threshold();
+    if let Some(code) = squashfuse_compat::main() {
+        return code;
+    }
     if let Some(code) = mount::helper_main() {
         return code;
     }

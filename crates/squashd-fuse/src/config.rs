@@ -15,6 +15,9 @@ pub struct MountConfig {
     pub gid: Option<u32>,
     /// Let users other than the one who mounted access the file system.
     pub allow_other: bool,
+    /// Let root access the file system too, besides the user who mounted (ignored with
+    /// `allow_other`, which lets everyone in).
+    pub allow_root: bool,
     /// Threads serving FUSE requests (each with its own cloned /dev/fuse descriptor).
     pub threads: usize,
     /// Threads decompressing ahead of sequential readers (0: no read-ahead).
@@ -38,6 +41,7 @@ impl Default for MountConfig {
             uid: None,
             gid: None,
             allow_other: false,
+            allow_root: false,
             // One thread per core: more threads measured slower for many parallel `find`s
             // (and no faster for one), as every request then wakes a cold thread (measured:
             // bench/results/notes-from-code-comments.md, "request threads"). Read-ahead has

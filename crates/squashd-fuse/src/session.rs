@@ -102,6 +102,8 @@ impl MountedImage {
         fuse_config.mount_options = options;
         fuse_config.acl = if config.allow_other {
             SessionACL::All
+        } else if config.allow_root {
+            SessionACL::RootAndOwner
         } else {
             SessionACL::Owner
         };

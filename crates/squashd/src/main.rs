@@ -19,11 +19,13 @@ mod dead_mounts;
 mod engine;
 mod logging;
 mod mount;
+mod notify_pipe;
 mod options;
 mod readiness;
 mod remote;
 mod serve;
 mod size;
+mod squashfuse_compat;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -112,6 +114,9 @@ pub(crate) fn release_free_memory() {
 
 fn main() -> ExitCode {
     fix_mmap_threshold();
+    if let Some(code) = squashfuse_compat::main() {
+        return code;
+    }
     if let Some(code) = mount::helper_main() {
         return code;
     }

@@ -16,12 +16,13 @@ pub use helper::helper_main;
 
 use crate::control::report::{Probe, ServedImage};
 use crate::daemonize::{daemonize, WaitingParent};
+use crate::notify_pipe::Outcome;
 use crate::options::{Engine, Options};
 use crate::readiness::{root_answers, ReadyFd};
 use anyhow::{bail, Context};
 use squashd_core::Image;
 use squashd_fuse::{MountError, MountedImage};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Arguments of `squashd mount`.
@@ -62,15 +63,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // First, before this process opens anything: the number can then only name a descriptor
     // the caller passed.
     let ready_fd = args.ready_fd.map(ReadyFd::take).transpose()?;
-    let mut options = Options::parse(&args.options, &args.image)?;
-    // A remote image keeps its address (without secrets); a file, its absolute path.
-    let image_path = if crate::remote::is_remote(&args.image) {
-        args.image.clone()
-    } else {
-        args.image
-            .canonicalize()
-            .with_context(|| format!("{}: cannot open", args.image.display()))?
-    };
+    let options = Options::parse(&args.options, &args.image)?;
+    let notify_pipe = options.notify_pipe.clone();
+    let result = mount(args, options, ready_fd);
+    if let (Err(_), Some(pipe)) = (&result, notify_pipe) {
+        crate::notify_pipe::tell(&pipe, Outcome::Failed);
+    }
+    result
+}
+
+/// The image's path as the mount names and opens it: canonical (the mount outlives the
+/// working directory), except for a descriptor the caller passed (`/proc/self/fd/N`, as
+/// Apptainer passes an image it opened), which names the very file the caller opened even
+/// when its path is gone or out of this user's reach.
+fn image_path(image: &Path) -> anyhow::Result<PathBuf> {
+    // A remote image keeps its address.
+    if image.starts_with("/proc/self/fd")
+        || image.starts_with("/dev/fd")
+        || crate::remote::is_remote(image)
+    {
+        return Ok(image.to_path_buf());
+    }
+    image
+        .canonicalize()
+        .with_context(|| format!("{}: cannot open", image.display()))
+}
+
+/// [`run`] once the options are known.
+fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow::Result<()> {
+    let image_path = image_path(&args.image)?;
     if !args.mountpoint.is_dir() {
         bail!(
             "{}: mount point is not a directory",
@@ -135,16 +156,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let signal_unmounter = mounted.unmounter();
     watch_signals(move |lazy| signal_unmounter.unmount(lazy))?;
     let unmounter = mounted.unmounter();
+    let notify_pipe = options.notify_pipe.clone();
     std::thread::Builder::new()
         .name("readiness".into())
         .spawn(move || {
             if root_answers(&mountpoint, Duration::from_secs(30)) {
-                announce_ready(ready_fd, parent);
+                announce_ready(ready_fd, parent, notify_pipe);
             } else {
                 log_line!(
                     "squashd: {}: the mount does not answer",
                     mountpoint.display()
                 );
+                // Here, not on a thread of its own: the process ends with the unmount.
+                if let Some(pipe) = notify_pipe {
+                    crate::notify_pipe::tell(&pipe, Outcome::Failed);
+                }
                 let _ = unmounter.unmount(true);
             }
         })?;
@@ -180,13 +206,20 @@ fn explain_mount_error(e: MountError) -> anyhow::Error {
 }
 
 /// Tells whoever waits that the mount answers: systemd (NOTIFY_SOCKET), a script
-/// (--ready-fd), the parent of a background mount (which then exits 0).
-pub(crate) fn announce_ready(ready_fd: Option<ReadyFd>, parent: Option<WaitingParent>) {
+/// (--ready-fd, notify_pipe=), the parent of a background mount (which then exits 0).
+pub(crate) fn announce_ready(
+    ready_fd: Option<ReadyFd>,
+    parent: Option<WaitingParent>,
+    notify_pipe: Option<PathBuf>,
+) {
     if let Err(e) = crate::readiness::notify_systemd() {
         tracing::warn!("cannot notify systemd: {e}");
     }
     if let Some(fd) = ready_fd {
         fd.announce();
+    }
+    if let Some(pipe) = notify_pipe {
+        crate::notify_pipe::tell_in_background(pipe, Outcome::Ready);
     }
     if let Some(parent) = parent {
         parent.ready();

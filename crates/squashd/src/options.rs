@@ -166,6 +166,18 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "allow_root",
+        root_only: None,
+        value: Value::Flag,
+        default: DefaultValue::None,
+        help: "let root read it too, besides the user who mounted (for a non-root user: \
+               user_allow_other in /etc/fuse.conf)",
+        apply: |o, _| {
+            o.mount.allow_root = true;
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "metadata_cache",
         root_only: Some("cache budgets are the daemon's to set"),
         value: Value::Size,
@@ -350,6 +362,20 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "notify_pipe",
+        root_only: Some("a notify pipe belongs to a lone `squashd mount`"),
+        value: Value::Text("FIFO"),
+        default: DefaultValue::None,
+        help: "a named pipe (mkfifo) that receives `s` once the mount answers or `f` if it \
+               failed, as with squashfuse (a lone mount only)",
+        apply: |o, a| {
+            if let Arg::Text(path) = a {
+                o.notify_pipe = Some(PathBuf::from(path));
+            }
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "nodev",
         root_only: None,
         value: Value::Flag,
@@ -470,6 +496,8 @@ pub(crate) struct Options {
     pub(crate) control: Option<PathBuf>,
     /// How a remote image is fetched and cached.
     pub(crate) remote: crate::remote::RemoteSettings,
+    /// The named pipe told whether a lone mount came up (`notify_pipe=`).
+    pub(crate) notify_pipe: Option<PathBuf>,
     /// Names of the options given (not those applied as defaults).
     given: BTreeSet<&'static str>,
 }
@@ -486,6 +514,7 @@ impl Options {
             mount: MountConfig::default(),
             control: None,
             remote: crate::remote::RemoteSettings::default(),
+            notify_pipe: None,
             given: BTreeSet::new(),
         };
         options.mount.fsname = image.display().to_string();
@@ -585,7 +614,8 @@ impl Options {
     }
 }
 
-fn is_ignored(option: &str) -> bool {
+/// Whether `option` is one mount(8) passes that squashd accepts and ignores ([`IGNORED`]).
+pub(crate) fn is_ignored(option: &str) -> bool {
     IGNORED.contains(&option) || IGNORED_PREFIXES.iter().any(|p| option.starts_with(p))
 }
 

@@ -162,7 +162,7 @@ pub(super) fn run(
     // The kernel then lets go of the mount's files and `wait_unmounted` returns.
     let signal_mount = mounted.clone();
     super::watch_signals(move |lazy| signal_mount.unmount(lazy))?;
-    super::announce_ready(ready_fd, parent);
+    super::announce_ready(ready_fd, parent, options.notify_pipe.clone());
     mounted.wait_unmounted();
     drop(kernel);
     let _ = std::fs::remove_dir(&dir);

@@ -219,10 +219,13 @@ fn check_user_options(options: &Options, uid: u32) -> anyhow::Result<()> {
     if let Some((key, why)) = options.gave_root_only() {
         bail!("permission denied: uid {uid} may not use the option {key:?}: {why}");
     }
-    if options.gave("allow_other") && !user_allow_other() {
-        bail!(
-            "permission denied: uid {uid} may not use allow_other: /etc/fuse.conf does not set user_allow_other"
-        );
+    // fusermount3 lets users give allow_root under the same condition as allow_other.
+    for key in ["allow_other", "allow_root"] {
+        if options.gave(key) && !user_allow_other() {
+            bail!(
+                "permission denied: uid {uid} may not use {key}: /etc/fuse.conf does not set user_allow_other"
+            );
+        }
     }
     Ok(())
 }

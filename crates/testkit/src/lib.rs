@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod raw;
+pub mod sif;
 mod squashfs_tools;
 mod tree;
 mod walk;

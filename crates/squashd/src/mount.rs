@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 #[command(after_help = after_help())]
 pub struct Args {
-    /// The SquashFS image file.
+    /// The SquashFS image file, or an AppImage or Apptainer SIF file holding one.
     pub image: PathBuf,
     /// The directory to mount it on.
     pub mountpoint: PathBuf,
@@ -80,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !options.gave("offset") {
         let source = squashd_core::source::FileSource::open(&image_path)
             .with_context(|| format!("{}: cannot open", image_path.display()))?;
-        options.open.offset = crate::cli::located_offset(&source, &image_path)?;
+        options.open.offset = crate::cli::located_offset(&source, &image_path, options.partition)?;
     }
     let privileged = nix::unistd::geteuid().is_root();
     let (engine, fell_back) = crate::engine::choose(&options, privileged)?;

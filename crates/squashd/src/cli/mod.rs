@@ -11,17 +11,22 @@ pub mod walk;
 pub mod xattr;
 
 use crate::size::parse_size;
+use squashd_core::container::{ContainerError, Located};
 use squashd_core::{CacheBudgets, Image, OpenOptions};
 use std::path::PathBuf;
 
 /// The image operand and the options every subcommand takes to open it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ImageArgs {
-    /// The SquashFS image file.
+    /// The SquashFS image file, or an AppImage or Apptainer SIF file holding one.
     pub image: PathBuf,
-    /// Byte offset of the image in the file [default: found in an AppImage, else 0].
+    /// Byte offset of the image in the file [default: found in an AppImage or SIF file, else 0].
     #[arg(long, short = 'o', value_name = "BYTES")]
     pub offset: Option<u64>,
+    /// The SIF partition to read, by descriptor id (`squashd info` lists them) [default: the
+    /// primary system partition].
+    #[arg(long, value_name = "ID", conflicts_with = "offset")]
+    pub partition: Option<u32>,
     /// Budget of the decompressed metadata cache, e.g. 64MiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub metadata_cache: Option<u64>,
@@ -32,36 +37,33 @@ pub struct ImageArgs {
 
 impl ImageArgs {
     /// Opens the image with the options given; without `--offset`, where its container (an
-    /// AppImage) says it starts.
+    /// AppImage or SIF file) says it starts.
     pub fn open(&self) -> anyhow::Result<Image> {
+        Ok(self.open_located()?.0)
+    }
+
+    /// Opens the image as [`ImageArgs::open`] does, and says where it was found: `None` when
+    /// `--offset` was given.
+    pub fn open_located(&self) -> anyhow::Result<(Image, Option<Located>)> {
         let defaults = CacheBudgets::default();
         let options = OpenOptions::default().with_budgets(CacheBudgets::new(
             self.metadata_cache.unwrap_or(defaults.metadata_bytes),
             self.data_cache.unwrap_or(defaults.data_bytes),
         ));
-        open_located(&self.image, self.offset, options)
+        let path = &self.image;
+        let name: std::sync::Arc<str> = path.display().to_string().into();
+        let source = squashd_core::source::FileSource::open(path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
+        let (offset, located) = match self.offset {
+            Some(offset) => (offset, None),
+            None => {
+                let found = locate(&source, path, self.partition)?;
+                (found.offset, Some(found))
+            }
+        };
+        let image = Image::from_source(Box::new(source), name, &options.with_offset(offset))?;
+        Ok((image, located))
     }
-}
-
-/// Opens the image in the file at `path`, at `offset`, or, without one, where its container
-/// says the image starts (squashd_core::container).
-pub fn open_located(
-    path: &std::path::Path,
-    offset: Option<u64>,
-    options: OpenOptions,
-) -> anyhow::Result<Image> {
-    let name: std::sync::Arc<str> = path.display().to_string().into();
-    let source = squashd_core::source::FileSource::open(path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
-    let offset = match offset {
-        Some(offset) => offset,
-        None => located_offset(&source, path)?,
-    };
-    Ok(Image::from_source(
-        Box::new(source),
-        name,
-        &options.with_offset(offset),
-    )?)
 }
 
 /// The error a command returns when it has already printed what went wrong (e.g. `cat` of
@@ -127,14 +129,32 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 /// Where the image in `source` (the file at `path`) starts, as its container says: an
-/// AppImage's ELF part is skipped, anything else starts at byte 0.
+/// AppImage's ELF part is skipped, a SIF file's partition (`partition`, by descriptor id, or
+/// the primary system partition) is read; anything else starts at byte 0.
 pub fn located_offset(
     source: &dyn squashd_core::source::Source,
     path: &std::path::Path,
+    partition: Option<u32>,
 ) -> anyhow::Result<u64> {
-    let (_, offset) = squashd_core::container::locate(source)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(offset)
+    Ok(locate(source, path, partition)?.offset)
+}
+
+/// [`squashd_core::container::locate`], its errors naming `path` and, where the user must
+/// choose, how to.
+fn locate(
+    source: &dyn squashd_core::source::Source,
+    path: &std::path::Path,
+    partition: Option<u32>,
+) -> anyhow::Result<Located> {
+    squashd_core::container::locate(source, partition).map_err(|e| {
+        let hint = match e {
+            ContainerError::NoChoice { .. } => {
+                "; choose one with --partition ID (mount: -o partition=ID)"
+            }
+            _ => "",
+        };
+        anyhow::anyhow!("{}: {e}{hint}", path.display())
+    })
 }
 
 #[cfg(test)]

@@ -133,7 +133,8 @@ impl Registry {
         let file_id = FileId::of(&grant.image);
         let source = FileSource::from_file(grant.image);
         if !parsed.gave("offset") {
-            parsed.open.offset = crate::cli::located_offset(&source, &image_path)?;
+            parsed.open.offset =
+                crate::cli::located_offset(&source, &image_path, parsed.partition)?;
         }
         let opened = Image::from_source(
             Box::new(source),

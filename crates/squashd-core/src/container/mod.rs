@@ -2,10 +2,10 @@
 //! anything of the image is read:
 //!
 //! - a type-2 AppImage (an ELF runtime marked `AI\x02` at byte 8) holds it where the ELF part
-//!   ends ([`appimage`]);
+//!   ends (`appimage.rs`);
 //! - an Apptainer SIF file (`SIF_MAGIC` at byte 32) holds it in a partition its descriptor
 //!   table lists: the primary system partition, or the one asked for by its descriptor id
-//!   ([`sif`]);
+//!   (`sif/`, which documents the layout);
 //! - anything else is taken as a raw image at byte 0.
 //!
 //! Every number comes from the file and is checked against its length; a container whose

@@ -50,3 +50,22 @@ mk no-exports -comp lz4 -no-exports
 mk no-xattrs -comp gzip -no-xattrs
 mk no-duplicates -comp gzip -no-duplicates
 du -sh "$out"
+
+# Seeds of the `locate` target: containers holding the gzip image. A SIF file made by siftool
+# (go install github.com/apptainer/sif/v2/cmd/siftool@latest) with a definition file, the
+# primary system partition and a data partition; a type-2 AppImage from /bin/true.
+loc="$here/corpus/locate"
+rm -rf "$loc"
+mkdir -p "$loc"
+siftool="$(command -v siftool || echo "$HOME/go/bin/siftool")"
+if [ -x "$siftool" ]; then
+    printf 'Bootstrap: scratch\n' > "$work/def"
+    "$siftool" new "$loc/two-partitions.sif"
+    "$siftool" add "$loc/two-partitions.sif" "$work/def" --datatype 1
+    "$siftool" add "$loc/two-partitions.sif" "$out/gzip.sqfs" --datatype 4 --parttype 2 --partfs 1 --partarch 2
+    "$siftool" add "$loc/two-partitions.sif" "$out/gzip.sqfs" --datatype 4 --parttype 3 --partfs 1 --partarch 4
+else
+    echo "siftool is not installed: no SIF seed" >&2
+fi
+{ head -c 8 /bin/true; printf 'AI\002'; tail -c +12 /bin/true; cat "$out/gzip.sqfs"; } > "$loc/true.AppImage"
+du -sh "$loc"

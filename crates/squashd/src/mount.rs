@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 #[command(after_help = after_help())]
 pub struct Args {
-    /// The SquashFS image file.
+    /// The SquashFS image file, or an AppImage or Apptainer SIF file holding one.
     pub image: PathBuf,
     /// The directory to mount it on.
     pub mountpoint: PathBuf,
@@ -100,7 +100,12 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
     }
     crate::logging::init_logging();
     let given_offset = options.gave("offset").then_some(options.open.offset);
-    let opened = crate::remote::open(&image_path, given_offset, &options.remote)?;
+    let opened = crate::remote::open(
+        &image_path,
+        given_offset,
+        options.partition,
+        &options.remote,
+    )?;
     options.open.offset = opened.offset;
     let image_path = PathBuf::from(&*opened.name);
     if !options.gave("fsname") {

@@ -112,10 +112,23 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "offset",
         root_only: None,
         value: Value::Size,
-        default: DefaultValue::Described("found after an AppImage's ELF part, else 0"),
-        help: "where the image starts in the file (an AppImage or Apptainer SIF holds one inside)",
+        default: DefaultValue::Described("found in an AppImage or SIF file, else 0"),
+        help: "where the image starts in the file (an AppImage or Apptainer SIF holds one \
+               inside)",
         apply: |o, a| {
             o.open.offset = a.number();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "partition",
+        root_only: None,
+        value: Value::Number,
+        default: DefaultValue::Described("the primary system partition"),
+        help: "the partition of an Apptainer SIF file to serve, by descriptor id (`squashd \
+               info FILE` lists them)",
+        apply: |o, a| {
+            o.partition = Some(id(a)?);
             Ok(())
         },
     },
@@ -498,6 +511,8 @@ pub(crate) struct Options {
     pub(crate) remote: crate::remote::RemoteSettings,
     /// The named pipe told whether a lone mount came up (`notify_pipe=`).
     pub(crate) notify_pipe: Option<PathBuf>,
+    /// The SIF partition to serve (`partition=`), by descriptor id.
+    pub(crate) partition: Option<u32>,
     /// Names of the options given (not those applied as defaults).
     given: BTreeSet<&'static str>,
 }
@@ -515,6 +530,7 @@ impl Options {
             control: None,
             remote: crate::remote::RemoteSettings::default(),
             notify_pipe: None,
+            partition: None,
             given: BTreeSet::new(),
         };
         options.mount.fsname = image.display().to_string();
@@ -546,6 +562,12 @@ impl Options {
                     )))
                 }
             }
+        }
+        if options.gave("offset") && options.gave("partition") {
+            return Err(UsageError(
+                "mount options offset and partition both say where the image starts: give one"
+                    .into(),
+            ));
         }
         Ok(options)
     }
@@ -688,6 +710,16 @@ mod tests {
     }
 
     #[test]
+    fn a_sif_partition_is_chosen_by_id_and_not_with_an_offset() {
+        let o = parse(&["partition=3"]).unwrap();
+        assert_eq!(o.partition, Some(3));
+        assert!(o.gave("partition") && !o.gave("offset"));
+        assert_eq!(parse(&[]).unwrap().partition, None);
+        let e = parse(&["partition=3,offset=4096"]).unwrap_err().to_string();
+        assert!(e.contains("offset and partition"), "{e}");
+    }
+
+    #[test]
     fn wrong_options_are_usage_errors_naming_the_option() {
         for (list, names) in [
             ("bogus", "\"bogus\""),
@@ -699,6 +731,9 @@ mod tests {
             ("data_cache=lots", "data_cache"),
             ("allow_other=1", "allow_other"),
             ("control=", "control"),
+            ("partition=x", "partition"),
+            ("partition=-1", "partition"),
+            ("partition=4294967296", "partition"),
         ] {
             let e = parse(&[list]).unwrap_err().to_string();
             assert!(e.contains(names), "{list}: {e}");

@@ -3,6 +3,7 @@
 //! container). Above this, nothing knows whether an image is remote.
 
 use anyhow::Context;
+use squashd_core::container::{ContainerError, Located};
 use squashd_core::source::{FileSource, Source};
 use squashd_remote::disk_cache::DiskCache;
 use squashd_remote::{Location, RemoteOptions, RemoteSource};
@@ -50,8 +51,8 @@ pub(crate) struct OpenedSource {
     pub(crate) remote: Option<RemoteSource>,
     /// Where the image starts in it.
     pub(crate) offset: u64,
-    /// What holds the image, for `squashd info`: a container's name, or "at the offset given".
-    pub(crate) container: String,
+    /// Where its container says the image is (None when an offset was given).
+    pub(crate) located: Option<Located>,
     /// The image's name in messages: a path, or an address without its secrets.
     pub(crate) name: Arc<str>,
 }
@@ -67,12 +68,18 @@ pub(crate) fn is_remote(image: &Path) -> bool {
 pub(crate) fn open(
     image: &Path,
     offset: Option<u64>,
+    partition: Option<u32>,
     settings: &RemoteSettings,
 ) -> anyhow::Result<OpenedSource> {
     if !is_remote(image) {
         let source =
             FileSource::open(image).with_context(|| format!("{}: cannot open", image.display()))?;
-        return located(Box::new(source), None, offset, image.display().to_string());
+        return located(
+            Box::new(source),
+            None,
+            (offset, partition),
+            image.display().to_string(),
+        );
     }
     let address = image.to_str().unwrap_or_default();
     let location = Location::parse(address).map_err(|e| anyhow::anyhow!(e))?;
@@ -89,7 +96,12 @@ pub(crate) fn open(
     };
     let remote = RemoteSource::open(&location, &options).map_err(|e| anyhow::anyhow!(e))?;
     let name = remote.name().to_string();
-    let opened = located(Box::new(remote.clone()), Some(remote.clone()), offset, name)?;
+    let opened = located(
+        Box::new(remote.clone()),
+        Some(remote.clone()),
+        (offset, partition),
+        name,
+    )?;
     remote
         .pin_metadata(opened.offset)
         .with_context(|| format!("{}: cannot fetch its metadata", opened.name))?;
@@ -101,34 +113,45 @@ pub(crate) fn from_file(
     file: std::fs::File,
     path: &Path,
     offset: Option<u64>,
+    partition: Option<u32>,
 ) -> anyhow::Result<OpenedSource> {
     located(
         Box::new(FileSource::from_file(file)),
         None,
-        offset,
+        (offset, partition),
         path.display().to_string(),
     )
 }
 
+/// Where the image starts in `source`: at the offset given, else where its container says
+/// (an AppImage's ELF part skipped, a SIF file's `partition` or primary system partition).
 fn located(
     source: Box<dyn Source>,
     remote: Option<RemoteSource>,
-    offset: Option<u64>,
+    (offset, partition): (Option<u64>, Option<u32>),
     name: String,
 ) -> anyhow::Result<OpenedSource> {
-    let (container, offset) = match offset {
-        Some(offset) => ("at the offset given".to_string(), offset),
+    let (offset, located) = match offset {
+        Some(offset) => (offset, None),
         None => {
-            let (container, offset) = squashd_core::container::locate(source.as_ref())
-                .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-            (container.name().to_string(), offset)
+            let found =
+                squashd_core::container::locate(source.as_ref(), partition).map_err(|e| {
+                    let hint = match e {
+                        ContainerError::NoChoice { .. } => {
+                            "; choose one with --partition ID (mount: -o partition=ID)"
+                        }
+                        _ => "",
+                    };
+                    anyhow::anyhow!("{name}: {e}{hint}")
+                })?;
+            (found.offset, Some(found))
         }
     };
     Ok(OpenedSource {
         source,
         remote,
         offset,
-        container,
+        located,
         name: name.into(),
     })
 }

@@ -1,14 +1,18 @@
-//! Images inside other files, found without an offset: a type-2 AppImage is built here from the
-//! published layout (a real ELF from the system, marked `AI\x02` at byte 8, the image appended
-//! where the ELF ends). `squashd ls -lR` of it must print what `unsquashfs -lls -o OFFSET` prints,
-//! a mount must show what the kernel's squashfs shows at that offset, an explicit offset still
-//! wins, and a damaged container is one line of error, never a panic.
+//! Images inside other files, found without an offset: Apptainer SIF files in [`sif`]; a type-2
+//! AppImage is built here from the published layout (a real ELF from the system, marked `AI\x02`
+//! at byte 8, the image appended where the ELF ends). `squashd ls -lR` of it must print what
+//! `unsquashfs -lls -o OFFSET` prints, a mount must show what the kernel's squashfs shows at that
+//! offset, an explicit offset still wins, and a damaged container is one line of error, never a
+//! panic.
 
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use testkit::{Built, TreeOptions};
+
+#[path = "containers/sif.rs"]
+mod sif;
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 

@@ -714,6 +714,37 @@ fn keeps_serving_when_its_stderr_is_gone() {
     daemon.terminate();
 }
 
+/// A SIF file (written by testkit::sif) holding two images: a config entry serves its primary
+/// system partition, an attach with `partition=2` the other.
+#[test]
+fn sif_partitions_are_served_from_the_config_and_by_attach() {
+    use testkit::sif::{self, Object};
+    if !testkit::can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 2);
+    let [a, b] = [&images[0], &images[1]];
+    let partition = |name: &str, kind: i32, image: &Path| {
+        Object::partition(name, sif::FS_SQUASHFS, kind, fs::read(image).unwrap())
+    };
+    let file = scratch.path().join("two.sif");
+    let built = sif::build(&[
+        partition("a", sif::PART_PRIMSYS, &a.1),
+        partition("b", sif::PART_DATA, &b.1),
+    ]);
+    fs::write(&file, built.bytes).unwrap();
+    let mut daemon = Daemon::start(scratch.path(), "sif", &image_entry(&file, &a.2, ""));
+    daemon.wait_ready(Duration::from_secs(30));
+    assert_same_tree(&a.0, &a.2);
+    let attached = daemon.request(
+        json!({"op": "attach", "image": file, "mountpoint": b.2, "options": ["partition=2"]}),
+    );
+    assert_eq!(attached["result"], "ok", "{attached}");
+    assert_same_tree(&b.0, &b.2);
+    daemon.terminate();
+}
+
 #[test]
 fn sighup_reload_attaches_and_detaches_the_difference() {
     if !testkit::can_mount() {

@@ -41,6 +41,7 @@
 pub mod http;
 pub mod raw;
 pub mod s3;
+pub mod sif;
 mod squashfs_tools;
 mod tree;
 mod walk;

@@ -1,8 +1,10 @@
-//! `squashd info`: the superblock, as `unsquashfs -s` shows it, in `key: value` lines, or with
+//! `squashd info`: where the image was found (the container, the offset, a SIF file's
+//! partitions) and the superblock, as `unsquashfs -s` shows it, in `key: value` lines, or with
 //! `--json` as one JSON object holding the same fields for scripts.
 
 use super::display::full_stamp;
 use serde::Serialize;
+use squashd_core::container::{Located, SifPartition};
 use squashd_core::format::superblock::NO_TABLE;
 use squashd_core::{Flags, Image};
 use std::io::{self, Write};
@@ -21,9 +23,13 @@ pub struct Args {
 #[derive(Serialize)]
 struct Info {
     image: String,
-    /// What holds the image: a raw image, an AppImage, or an offset the caller gave.
+    /// What holds the image: a raw image, an AppImage, a SIF file, or an offset the caller gave.
     container: String,
     offset: u64,
+    /// For a SIF file, the descriptor id of the partition read.
+    partition: Option<u32>,
+    /// For a SIF file, every partition it lists; empty for other files.
+    partitions: Vec<Partition>,
     format: String,
     compressor: String,
     /// The options block, `None` when the image records none (compressor defaults).
@@ -56,6 +62,33 @@ impl Serialize for Options {
     }
 }
 
+/// One partition of a SIF file.
+#[derive(Serialize)]
+struct Partition {
+    id: u32,
+    name: String,
+    file_system: String,
+    /// What it is for: primary system, system, data, overlay.
+    kind: String,
+    arch: String,
+    offset: u64,
+    size: u64,
+}
+
+impl Partition {
+    fn of(p: &SifPartition) -> Self {
+        Partition {
+            id: p.id,
+            name: p.name.clone(),
+            file_system: p.fs.name(),
+            kind: p.kind.name(),
+            arch: p.arch.to_string(),
+            offset: p.offset,
+            size: p.size,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Storage {
     inodes: bool,
@@ -82,14 +115,20 @@ struct Tables {
 }
 
 impl Info {
-    fn of(image: &Image, container: &str) -> Self {
+    fn of(image: &Image, located: Option<&Located>) -> Self {
         let sb = image.superblock();
         let position = |start: u64| (start != NO_TABLE).then_some(start);
         let compressed = |flag: Flags| !sb.flags.contains(flag);
         Info {
             image: image.name().to_string(),
-            container: container.to_string(),
+            container: located
+                .map_or("at the offset given", |l| l.container.name())
+                .into(),
             offset: image.offset(),
+            partition: located.and_then(|l| l.partition),
+            partitions: located.map_or(Vec::new(), |l| {
+                l.partitions.iter().map(Partition::of).collect()
+            }),
             format: format!("SquashFS {}.{}", sb.version_major, sb.version_minor),
             compressor: sb.compressor.name().to_string(),
             compressor_options: image.compressor_options().map(|o| Options(o.describe())),
@@ -134,6 +173,21 @@ impl Info {
         line("image", self.image.clone());
         line("container", self.container.clone());
         line("offset", self.offset.to_string());
+        if let Some(id) = self.partition {
+            line("partition", id.to_string());
+        }
+        if !self.partitions.is_empty() {
+            line("partitions", self.partitions.len().to_string());
+        }
+        for p in &self.partitions {
+            line(
+                &format!("  id {}", p.id),
+                format!(
+                    "{}, {}, {}, {} bytes at byte {}, {:?}",
+                    p.file_system, p.kind, p.arch, p.size, p.offset, p.name
+                ),
+            );
+        }
         line("format", self.format.clone());
         line("compressor", self.compressor.clone());
         match &self.compressor_options {
@@ -210,8 +264,8 @@ impl Info {
 
 /// Runs `squashd info`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (image, container) = args.image.open_in_container()?;
-    let info = Info::of(&image, &container);
+    let (image, located) = args.image.open_located()?;
+    let info = Info::of(&image, located.as_ref());
     let text = if args.json {
         let mut json = serde_json::to_string_pretty(&info)?;
         json.push('\n');

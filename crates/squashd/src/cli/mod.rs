@@ -12,17 +12,23 @@ pub mod walk;
 pub mod xattr;
 
 use crate::size::parse_size;
+use squashd_core::container::Located;
 use squashd_core::{CacheBudgets, Image, OpenOptions};
 use std::path::PathBuf;
 
 /// The image operand and the options every subcommand takes to open it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ImageArgs {
-    /// The SquashFS image: a file, or an http://, https:// or s3://BUCKET/KEY address.
+    /// The SquashFS image (or an AppImage or Apptainer SIF file holding one): a file, or an
+    /// http://, https:// or s3://BUCKET/KEY address.
     pub image: PathBuf,
-    /// Byte offset of the image in the file [default: found in an AppImage, else 0].
+    /// Byte offset of the image in the file [default: found in an AppImage or SIF file, else 0].
     #[arg(long, short = 'o', value_name = "BYTES")]
     pub offset: Option<u64>,
+    /// The SIF partition to read, by descriptor id (`squashd info` lists them) [default: the
+    /// primary system partition].
+    #[arg(long, value_name = "ID", conflicts_with = "offset")]
+    pub partition: Option<u32>,
     /// Budget of the decompressed metadata cache, e.g. 64MiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub metadata_cache: Option<u64>,
@@ -39,14 +45,14 @@ pub struct ImageArgs {
 
 impl ImageArgs {
     /// Opens the image with the options given; without `--offset`, where its container (an
-    /// AppImage) says it starts.
+    /// AppImage or SIF file) says it starts.
     pub fn open(&self) -> anyhow::Result<Image> {
-        Ok(self.open_in_container()?.0)
+        Ok(self.open_located()?.0)
     }
 
-    /// Opens the image as [`ImageArgs::open`] does, and says what held it: a container's
-    /// name, or "at the offset given".
-    pub fn open_in_container(&self) -> anyhow::Result<(Image, String)> {
+    /// Opens the image as [`ImageArgs::open`] does, and says where it was found: `None` when
+    /// `--offset` was given.
+    pub fn open_located(&self) -> anyhow::Result<(Image, Option<Located>)> {
         let defaults = CacheBudgets::default();
         let options = OpenOptions::default().with_budgets(CacheBudgets::new(
             self.metadata_cache.unwrap_or(defaults.metadata_bytes),
@@ -57,7 +63,7 @@ impl ImageArgs {
             disk_cache_bytes: self.disk_cache_size,
             ..Default::default()
         };
-        let opened = crate::remote::open(&self.image, self.offset, &remote)?;
+        let opened = crate::remote::open(&self.image, self.offset, self.partition, &remote)?;
         if let Some(source) = &opened.remote {
             progress::show_fetching(source.clone());
         }
@@ -66,7 +72,7 @@ impl ImageArgs {
             opened.name,
             &options.with_offset(opened.offset),
         )?;
-        Ok((image, opened.container))
+        Ok((image, opened.located))
     }
 }
 

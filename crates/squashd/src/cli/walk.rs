@@ -508,6 +508,7 @@ mod tests {
         ImageArgs {
             image: image.to_path_buf(),
             offset: Some(0),
+            partition: None,
             metadata_cache,
             data_cache: None,
             disk_cache: None,

@@ -28,7 +28,7 @@ impl SocketArg {
 /// Arguments of `squashd attach`.
 #[derive(clap::Args, Debug)]
 pub struct AttachArgs {
-    /// The SquashFS image file.
+    /// The SquashFS image file, or an AppImage or Apptainer SIF file holding one.
     image: PathBuf,
     /// The directory to mount it on.
     mountpoint: PathBuf,

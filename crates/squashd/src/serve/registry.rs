@@ -152,8 +152,15 @@ impl Registry {
         let file_id = grant.image.as_ref().and_then(FileId::of);
         let given_offset = parsed.gave("offset").then_some(parsed.open.offset);
         let source = match grant.image {
-            Some(file) => crate::remote::from_file(file, &image_path, given_offset)?,
-            None => crate::remote::open(&image_path, given_offset, &self.remote_settings(&parsed))?,
+            Some(file) => {
+                crate::remote::from_file(file, &image_path, given_offset, parsed.partition)?
+            }
+            None => crate::remote::open(
+                &image_path,
+                given_offset,
+                parsed.partition,
+                &self.remote_settings(&parsed),
+            )?,
         };
         parsed.open.offset = source.offset;
         // A remote image is shown by its address without secrets.

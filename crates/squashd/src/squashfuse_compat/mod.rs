@@ -216,7 +216,7 @@ fn prepare(
 /// with the `subdir=` asked for.
 fn check_image(image: &Path, options: &Options) -> anyhow::Result<()> {
     let offset = options.gave("offset").then_some(options.open.offset);
-    let source = crate::remote::open(image, offset, &options.remote)?;
+    let source = crate::remote::open(image, offset, options.partition, &options.remote)?;
     let opened = squashd_core::Image::from_source(
         source.source,
         source.name,

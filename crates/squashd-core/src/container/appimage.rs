@@ -1,87 +1,30 @@
-//! Where the SquashFS image starts in a file that holds one inside another format, found before
-//! anything of the image is read. A type-2 AppImage is an ELF runtime (marked `AI\x02` at
-//! byte 8) with the image appended where the ELF ends: after its section header table or its
-//! last section, whichever is later. Anything else is taken as a raw image at byte 0.
-//!
-//! Every number comes from the file and is checked against its length; a container whose
-//! claimed layout does not fit, or that holds no SquashFS superblock where it says, is an error
-//! saying what was found.
+//! A type-2 AppImage: an ELF runtime, marked `AI\x02` at byte 8, with the SquashFS image
+//! appended where the ELF file ends: after its section header table or its last section,
+//! whichever is later (the runtime finds itself the same way).
 
+use super::{has_magic, malformed, Container, ContainerError};
 use crate::source::Source;
 
-/// What holds the image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Container {
-    /// A SquashFS image as it is.
-    Raw,
-    /// A type-2 AppImage: an ELF runtime with the image after it.
-    AppImage,
+/// Whether the file whose first 64 bytes are `ident` is a type-2 AppImage.
+pub(super) fn is_appimage(ident: &[u8; 64]) -> bool {
+    &ident[..4] == b"\x7fELF" && &ident[8..11] == b"AI\x02"
 }
 
-impl Container {
-    /// How the container is called in messages and `squashd info`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Container::Raw => "raw SquashFS image",
-            Container::AppImage => "AppImage (type 2)",
-        }
+/// Where the image in the AppImage `source` (of `len` bytes, beginning with `ident`) starts:
+/// where its ELF part ends, which must hold a SquashFS superblock.
+pub(super) fn image_start(
+    source: &dyn Source,
+    ident: &[u8; 64],
+    len: u64,
+) -> Result<u64, ContainerError> {
+    let offset = elf_end(source, ident, len)?;
+    if !has_magic(source, offset, len)? {
+        return Err(malformed(
+            Container::AppImage,
+            format!("no SquashFS image where its ELF part ends (byte {offset})"),
+        ));
     }
-}
-
-/// Why no image could be located in a container.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ContainerError {
-    /// The file could not be read.
-    #[error("cannot read it: {0}")]
-    Io(#[from] std::io::Error),
-    /// The container's layout is impossible.
-    #[error("{container}: {what}")]
-    Malformed {
-        /// What kind of container it looked like.
-        container: &'static str,
-        /// What was wrong.
-        what: String,
-    },
-}
-
-/// The SquashFS superblock's magic, `hsqs`.
-const SQUASHFS_MAGIC: &[u8; 4] = b"hsqs";
-
-/// Finds the image in `source`: the container and the image's byte offset.
-pub fn locate(source: &dyn Source) -> Result<(Container, u64), ContainerError> {
-    let len = source.len()?;
-    let mut ident = [0u8; 64];
-    if len < ident.len() as u64 {
-        return Ok((Container::Raw, 0));
-    }
-    source.read_exact_at(&mut ident, 0)?;
-    if &ident[..4] == b"\x7fELF" && &ident[8..11] == b"AI\x02" {
-        let offset = elf_end(source, &ident, len)?;
-        let mut magic = [0u8; 4];
-        let found = offset
-            .checked_add(4)
-            .filter(|&end| end <= len)
-            .map(|_| source.read_exact_at(&mut magic, offset))
-            .transpose()?
-            .is_some();
-        if !found || &magic != SQUASHFS_MAGIC {
-            return Err(malformed(
-                Container::AppImage,
-                format!("no SquashFS image where its ELF part ends (byte {offset})"),
-            ));
-        }
-        return Ok((Container::AppImage, offset));
-    }
-    Ok((Container::Raw, 0))
-}
-
-fn malformed(container: Container, what: String) -> ContainerError {
-    ContainerError::Malformed {
-        container: container.name(),
-        what,
-    }
+    Ok(offset)
 }
 
 /// Where the ELF file whose first 64 bytes are `ident` ends: after its section header table or
@@ -183,24 +126,7 @@ fn elf_end(source: &dyn Source, ident: &[u8; 64], len: u64) -> Result<u64, Conta
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Bytes(Vec<u8>);
-
-    impl Source for Bytes {
-        fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
-            let start = usize::try_from(pos).map_err(std::io::Error::other)?;
-            let src = self
-                .0
-                .get(start..start + buf.len())
-                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
-            buf.copy_from_slice(src);
-            Ok(())
-        }
-
-        fn len(&self) -> std::io::Result<u64> {
-            Ok(self.0.len() as u64)
-        }
-    }
+    use crate::container::{locate, Bytes};
 
     /// A 64-bit little-endian AppImage header with one section, its table at `shoff`.
     fn elf64(shoff: u64, shentsize: u16, shnum: u16, len: usize) -> Vec<u8> {
@@ -216,14 +142,6 @@ mod tests {
     }
 
     #[test]
-    fn raw_images_and_short_files_start_at_zero() {
-        assert_eq!(locate(&Bytes(vec![0; 10])).unwrap(), (Container::Raw, 0));
-        let mut raw = vec![0; 200];
-        raw[..4].copy_from_slice(b"hsqs");
-        assert_eq!(locate(&Bytes(raw)).unwrap(), (Container::Raw, 0));
-    }
-
-    #[test]
     fn an_appimage_image_starts_after_the_later_of_its_table_and_sections() {
         // Table of one 64-byte entry at 64; its section covers bytes 128..300.
         let mut b = elf64(64, 64, 1, 300);
@@ -232,7 +150,8 @@ mod tests {
         b[64 + 0x20..64 + 0x28].copy_from_slice(&172u64.to_le_bytes());
         b.extend_from_slice(b"hsqs");
         b.extend_from_slice(&[0; 96]);
-        assert_eq!(locate(&Bytes(b)).unwrap(), (Container::AppImage, 300));
+        let found = locate(&Bytes(b), None).unwrap();
+        assert_eq!((found.container, found.offset), (Container::AppImage, 300));
     }
 
     #[test]
@@ -244,14 +163,14 @@ mod tests {
             (elf64(64, 64, 0, 256), "no SquashFS image"),
         ];
         for (bytes, why) in cases {
-            let e = locate(&Bytes(bytes)).unwrap_err().to_string();
+            let e = locate(&Bytes(bytes), None).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("AppImage"), "{e}");
         }
         // A section whose end overflows.
         let mut b = elf64(64, 64, 1, 256);
         b[64 + 0x18..64 + 0x20].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
         b[64 + 0x20..64 + 0x28].copy_from_slice(&16u64.to_le_bytes());
-        let e = locate(&Bytes(b)).unwrap_err().to_string();
+        let e = locate(&Bytes(b), None).unwrap_err().to_string();
         assert!(e.contains("runs past"), "{e}");
     }
 }

@@ -7,6 +7,7 @@
 //! ([`control`]).
 
 mod control;
+mod fuse;
 mod helper;
 pub(crate) mod kernel;
 
@@ -14,16 +15,14 @@ pub use helper::helper_main;
 
 // The path `squashd serve` used before the parser moved; new code names `crate::options`.
 
-use crate::control::report::{Probe, ServedImage};
 use crate::daemonize::{daemonize, WaitingParent};
 use crate::notify_pipe::Outcome;
 use crate::options::{Engine, Options};
-use crate::readiness::{root_answers, ReadyFd};
+use crate::readiness::ReadyFd;
 use anyhow::{bail, Context};
 use squashd_core::Image;
 use squashd_fuse::{MountError, MountedImage};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// Arguments of `squashd mount`.
 #[derive(clap::Args, Debug)]
@@ -118,69 +117,39 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
     if let Some(why) = fell_back {
         log_line!("squashd: {}: {why}", args.mountpoint.display());
     }
+    let lone = LoneMount {
+        image_path,
+        image,
+        remote,
+        options,
+        given: args.options.clone(),
+        ready_fd,
+    };
     if engine == Engine::Kernel {
-        return kernel::run(
-            (image_path, image, remote),
-            &args.mountpoint,
-            options,
-            args.options.clone(),
-            args.foreground,
-            ready_fd,
-        );
+        return kernel::run(lone, &args.mountpoint, args.foreground);
     }
-    let mounted = MountedImage::mount(image.clone(), &args.mountpoint, &options.mount)
+    let mounted = MountedImage::mount(lone.image.clone(), &args.mountpoint, &lone.options.mount)
         .map_err(explain_mount_error)?;
-    let mountpoint = mounted.mountpoint().to_path_buf();
     // Detach before starting any thread: fork copies only the calling thread.
     let parent = if args.foreground {
         None
     } else {
         Some(daemonize()?)
     };
-    let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
-    if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
-        crate::remote::start_prefetch(&image, remote, list);
-    }
-    let _control = match &options.control {
-        Some(socket) => Some(control::LoneMountControl::listen(
-            socket,
-            ServedImage {
-                image_path,
-                options: args.options.clone(),
-                image,
-                remote,
-                file_id: None,
-                probe: Probe::Fuse(mounted.probe()),
-                since: Instant::now(),
-                private_cache: true,
-            },
-            mounted.mountpoint(),
-        )?),
-        None => None,
-    };
-    let signal_unmounter = mounted.unmounter();
-    watch_signals(move |lazy| signal_unmounter.unmount(lazy))?;
-    let unmounter = mounted.unmounter();
-    let notify_pipe = options.notify_pipe.clone();
-    std::thread::Builder::new()
-        .name("readiness".into())
-        .spawn(move || {
-            if root_answers(&mountpoint, Duration::from_secs(30)) {
-                announce_ready(ready_fd, parent, notify_pipe);
-            } else {
-                log_line!(
-                    "squashd: {}: the mount does not answer",
-                    mountpoint.display()
-                );
-                // Here, not on a thread of its own: the process ends with the unmount.
-                if let Some(pipe) = notify_pipe {
-                    crate::notify_pipe::tell(&pipe, Outcome::Failed);
-                }
-                let _ = unmounter.unmount(true);
-            }
-        })?;
-    mounted.run().context("serving the mount")?;
-    Ok(())
+    fuse::serve(lone, mounted, parent)
+}
+
+/// What a lone mount serves, whichever path serves it.
+pub(crate) struct LoneMount {
+    /// The image's path, or its address without secrets.
+    pub(crate) image_path: PathBuf,
+    pub(crate) image: Image,
+    /// Its source, when remote.
+    pub(crate) remote: Option<squashd_remote::RemoteSource>,
+    pub(crate) options: Options,
+    /// The options as given, for `status`.
+    pub(crate) given: Vec<String>,
+    pub(crate) ready_fd: Option<ReadyFd>,
 }
 
 /// A mount refused for want of /dev/fuse names /dev/fuse: fuser opens it before it mounts (or

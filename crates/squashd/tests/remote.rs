@@ -428,3 +428,95 @@ fn a_trace_of_one_mount_prefetches_the_next() {
     );
     unmount(false);
 }
+
+/// Bytes of the files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// Entry files of the disk cache (not its lock or temporary files).
+fn entries_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.len() > 4096 {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_warm_disk_cache_answers_a_later_run_and_stays_in_its_budget() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+    let cache = dir.path().join("cache");
+    let cat = |budget: &str| {
+        let out = squashd(&[
+            "cat",
+            &server.url(),
+            "/big",
+            "--disk-cache",
+            cache.to_str().unwrap(),
+            "--disk-cache-size",
+            budget,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.stdout == big, "the file's bytes");
+    };
+    cat("64MiB");
+    let cold = server.stats();
+    assert!(cold.gets > 0);
+    cat("64MiB");
+    let warm = server.stats();
+    assert_eq!(
+        warm.gets, cold.gets,
+        "a warm run asks only for the size and ETag"
+    );
+    assert_eq!(warm.heads, cold.heads + 1);
+
+    // A damaged entry is found out by its checksum and fetched again: one GET, right bytes.
+    let entries = entries_under(&cache);
+    assert!(!entries.is_empty());
+    let victim = &entries[entries.len() / 2];
+    let mut bytes = fs::read(victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    fs::write(victim, bytes).unwrap();
+    cat("64MiB");
+    assert_eq!(
+        server.stats().gets,
+        warm.gets + 1,
+        "only the damaged unit again"
+    );
+
+    // A budget smaller than the data read: the cache stays within it.
+    fs::remove_dir_all(&cache).unwrap();
+    cat("2MiB");
+    let used = bytes_under(&cache);
+    assert!(
+        used <= (2 << 20) + (1 << 20),
+        "{used} bytes on disk for a 2 MiB budget"
+    );
+}

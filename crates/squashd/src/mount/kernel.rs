@@ -4,13 +4,14 @@
 //! when the kernel lets go of the mount's files (umount, SIGTERM).
 
 use super::control::LoneMountControl;
+use super::LoneMount;
 use crate::control::report::{Probe, ServedImage};
 use crate::daemonize::daemonize;
-use crate::options::Options;
-use crate::readiness::ReadyFd;
+use crate::options::{Engine, Options};
 use anyhow::Context;
 use nix::mount::MsFlags;
 use squashd_core::Image;
+use squashd_fuse::MountedImage;
 use squashd_kernel::{KernelMountOptions, KernelPath, OwnerOverride, Prepared};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,17 +105,25 @@ pub(crate) fn translation_options(
     })
 }
 
-/// Runs `squashd mount` on the kernel path.
-pub(super) fn run(
-    (image_path, image, remote): (PathBuf, Image, Option<squashd_remote::RemoteSource>),
-    mountpoint: &Path,
-    options: Options,
-    given: Vec<String>,
-    foreground: bool,
-    ready_fd: Option<ReadyFd>,
-) -> anyhow::Result<()> {
+/// Runs `squashd mount` on the kernel path. When squashd chose the path (neither `kernel` nor
+/// `fuse` given) and the image cannot be translated or the kernel refuses the EROFS mount (a
+/// kernel built without file-backed EROFS, say), the mount is made through FUSE instead, and
+/// one line says why.
+pub(super) fn run(lone: LoneMount, mountpoint: &Path, foreground: bool) -> anyhow::Result<()> {
+    let chosen_by_squashd = lone.options.engine == Engine::Auto;
     // All the work that starts no thread comes before the fork.
-    let prepared = Prepared::new(image.clone(), &translation_options(&image, &options)?)?;
+    let prepared = translation_options(&lone.image, &lone.options)
+        .and_then(|o| Ok(Prepared::new(lone.image.clone(), &o)?));
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) if chosen_by_squashd => {
+            note_fallback(mountpoint, &format!("{e:#}"));
+            let mounted = MountedImage::mount(lone.image.clone(), mountpoint, &lone.options.mount)?;
+            let parent = if foreground { None } else { Some(daemonize()?) };
+            return super::fuse::serve(lone, mounted, parent);
+        }
+        Err(e) => return Err(e),
+    };
     crate::release_free_memory();
     let mountpoint = mountpoint
         .canonicalize()
@@ -128,16 +137,31 @@ pub(super) fn run(
         prepared,
         &mountpoint,
         &mountpoint,
-        mount_flags(&options.mount.flags),
+        mount_flags(&lone.options.mount.flags),
     );
     let mounted = match mounted {
         Ok(m) => Arc::new(m),
         Err(e) => {
             drop(kernel);
             let _ = std::fs::remove_dir(&dir);
-            return Err(e.into());
+            if !chosen_by_squashd {
+                return Err(e.into());
+            }
+            // Past the fork: the caller still waits for the mount to answer, now FUSE's.
+            note_fallback(&mountpoint, &e.to_string());
+            let mounted =
+                MountedImage::mount(lone.image.clone(), &mountpoint, &lone.options.mount)?;
+            return super::fuse::serve(lone, mounted, parent);
         }
     };
+    let LoneMount {
+        image_path,
+        image,
+        remote,
+        options,
+        given,
+        ready_fd,
+    } = lone;
     let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
     if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
         crate::remote::start_prefetch(&image, remote, list);
@@ -167,4 +191,12 @@ pub(super) fn run(
     drop(kernel);
     let _ = std::fs::remove_dir(&dir);
     Ok(())
+}
+
+/// The one line a fallback to FUSE prints.
+fn note_fallback(mountpoint: &Path, why: &str) {
+    log_line!(
+        "squashd: {}: FUSE, not the kernel path: {why}",
+        mountpoint.display()
+    );
 }

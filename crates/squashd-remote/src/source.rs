@@ -151,7 +151,9 @@ impl RemoteSource {
         let info = fetcher.head().map_err(|e| format!("{name}: {e}"))?;
         let unit_size = options.unit_size.clamp(4096, 64 << 20);
         let memory_bytes = options.memory_bytes.max(2 * unit_size);
-        let identity: Arc<str> = format!("{location:?}\0{}", info.version()).into();
+        // The address as shown (no user, password or query: the identity is written in the
+        // disk cache's entries), and the version: a new version never reads old units.
+        let identity: Arc<str> = format!("{location}\0{}", info.version()).into();
         let shared = Arc::new_cyclic(|me| Shared {
             name,
             info,

@@ -1,0 +1,133 @@
+//! Opening a cache directory: its lock, leftovers of a crash, and the entries already there.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use rustix::fs::{flock, FlockOperation};
+
+use super::entry::{EntryId, HEADER_LEN, MAX_ENTRY_LEN};
+use super::index::Index;
+use super::DiskCacheError;
+
+/// The lock file, in the cache directory.
+const LOCK_FILE: &str = "lock";
+/// The directory of entry files, in the cache directory.
+pub(super) const UNITS_DIR: &str = "units";
+/// How temporary files' names start, in the directory of entry files.
+pub(super) const TEMP_PREFIX: &str = "tmp.";
+
+/// A cache directory opened for this process alone.
+pub(super) struct Opened {
+    /// Held open for the flock on it, which the kernel releases when it is closed (also when the
+    /// process dies, so a crash leaves no stale lock).
+    pub lock: File,
+    /// The directory of entry files.
+    pub units: PathBuf,
+    /// The entries found, within the budget.
+    pub index: Index,
+}
+
+/// Creates `dir` if need be, locks it, removes leftover temporary files and entries too damaged
+/// to be one, indexes the rest by mtime and evicts the oldest beyond `budget`.
+pub(super) fn open(dir: &Path, budget: u64) -> Result<Opened, DiskCacheError> {
+    let err = |what: &'static str| {
+        let dir = dir.to_path_buf();
+        move |error| DiskCacheError::Io { dir, what, error }
+    };
+    fs::create_dir_all(dir).map_err(err("cannot create the directory"))?;
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))
+        .map_err(err("cannot open its lock file"))?;
+    match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            return Err(DiskCacheError::InUse {
+                dir: dir.to_path_buf(),
+            })
+        }
+        Err(errno) => return Err(err("cannot lock its lock file")(errno.into())),
+    }
+    let units = dir.join(UNITS_DIR);
+    fs::create_dir_all(&units).map_err(err("cannot create its units directory"))?;
+
+    let mut found = Vec::new();
+    for item in fs::read_dir(&units).map_err(err("cannot list its units directory"))? {
+        let item = item.map_err(err("cannot list its units directory"))?;
+        let name = item.file_name();
+        let path = item.path();
+        let Some(id) = name.to_str().and_then(EntryId::parse) else {
+            if name.to_string_lossy().starts_with(TEMP_PREFIX) {
+                // The lock says no other process writes here: this is a crash's leftover.
+                remove(&path, "a temporary file left by a crash");
+            } else {
+                tracing::warn!(
+                    "disk cache: {} is not a cache entry; left alone",
+                    path.display()
+                );
+            }
+            continue;
+        };
+        let md = match fs::symlink_metadata(&path) {
+            Ok(md) => md,
+            Err(error) => {
+                tracing::warn!(
+                    "disk cache: cannot stat {}: {error}; left alone",
+                    path.display()
+                );
+                continue;
+            }
+        };
+        if !md.is_file() || !(HEADER_LEN..=MAX_ENTRY_LEN).contains(&md.len()) {
+            // Checked here, not only at a read: a file the index counts must be one a read can check.
+            remove(&path, "not an entry (not a file, or a length no entry has)");
+            continue;
+        }
+        found.push((
+            md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            id,
+            md.len(),
+        ));
+    }
+    // Oldest first: the order of mtimes, which hits move forward, is the recency order.
+    found.sort_by_key(|&(mtime, _, _)| mtime);
+    let mut index = Index::default();
+    for (mtime, id, len) in found {
+        index.insert_found(id, len, mtime);
+    }
+    if index.charged() > budget {
+        // The budget was lowered since the entries were written.
+        for (id, _) in index.evict(index.charged() - budget) {
+            index.unlinked(id, unlink(&units.join(id.name())));
+        }
+    }
+    Ok(Opened { lock, units, index })
+}
+
+fn remove(path: &Path, why: &str) {
+    match fs::remove_file(path) {
+        Ok(()) => tracing::info!("disk cache: removed {}: {why}", path.display()),
+        Err(error) => tracing::warn!(
+            "disk cache: cannot remove {} ({why}): {error}",
+            path.display()
+        ),
+    }
+}
+
+/// Removes an entry file; returns whether its bytes left the disk (also true if it was gone).
+pub(super) fn unlink(path: &Path) -> bool {
+    match fs::remove_file(path) {
+        Ok(()) => true,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
+        Err(error) => {
+            tracing::warn!(
+                "disk cache: cannot remove {}: {error}; its bytes stay counted",
+                path.display()
+            );
+            false
+        }
+    }
+}

@@ -156,11 +156,29 @@ fn located(
     })
 }
 
+/// The disk caches this process has open, by directory.
+static OPEN_DISK_CACHES: Mutex<Option<HashMap<PathBuf, Weak<DiskCache>>>> = Mutex::new(None);
+
+/// The disk caches in use, and their figures, for `status`.
+pub(crate) fn disk_caches() -> Vec<(PathBuf, squashd_remote::disk_cache::DiskCacheStats)> {
+    let open = OPEN_DISK_CACHES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut caches: Vec<_> = open
+        .iter()
+        .flatten()
+        .filter_map(|(dir, cache)| Some((dir.clone(), cache.upgrade()?.stats())))
+        .collect();
+    caches.sort_by(|a, b| a.0.cmp(&b.0));
+    caches
+}
+
 /// The process's disk cache in `dir`: every image naming the same directory shares one cache
 /// (and one budget, the first given), as one process may hold the directory's lock only once.
 fn shared_disk_cache(dir: &Path, budget: u64) -> anyhow::Result<Arc<DiskCache>> {
-    static OPEN: Mutex<Option<HashMap<PathBuf, Weak<DiskCache>>>> = Mutex::new(None);
-    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut open = OPEN_DISK_CACHES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let open = open.get_or_insert_with(HashMap::new);
     if let Some(cache) = open.get(dir).and_then(Weak::upgrade) {
         return Ok(cache);

@@ -401,10 +401,12 @@ fn a_trace_of_one_mount_prefetches_the_next() {
 
     // The next mount fetches what the trace names before anyone reads it.
     server.reset_stats();
+    let disk_cache = dir.path().join("disk-cache");
     mount(&format!(
-        "fuse,fetch_unit=64KiB,prefetch={},control={}",
+        "fuse,fetch_unit=64KiB,prefetch={},control={},disk_cache={},disk_cache_size=1MiB",
         trace.display(),
-        socket.display()
+        socket.display(),
+        disk_cache.display()
     ));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -426,6 +428,16 @@ fn a_trace_of_one_mount_prefetches_the_next() {
         gets_before,
         "reading what was prefetched asks the server nothing more"
     );
+    // The disk cache, smaller than what was fetched, kept within its budget; status says so.
+    let out = squashd(&["status", "--socket", socket.to_str().unwrap(), "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cache = &status["disk_caches"][0];
+    assert_eq!(cache["dir"], disk_cache.to_str().unwrap(), "{status}");
+    assert_eq!(cache["budget_bytes"], 1 << 20);
+    let used = cache["used_bytes"].as_u64().unwrap();
+    assert!(used > 0 && used <= 1 << 20, "{status}");
+    assert!(cache["evictions"].as_u64().unwrap() > 0, "{status}");
+    assert!(bytes_under(&disk_cache) <= 1 << 20);
     unmount(false);
 }
 

@@ -46,7 +46,7 @@ pub enum Response {
         message: String,
     },
     /// The status report.
-    Status(Status),
+    Status(Box<Status>),
 }
 
 /// What every image costs and how it is doing.
@@ -60,6 +60,32 @@ pub struct Status {
     pub shared_cache: TierSet,
     /// One entry per attached image, sorted by mount point.
     pub images: Vec<ImageStatus>,
+    /// The disk caches of the process's remote images (one per directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disk_caches: Vec<DiskCacheStatus>,
+}
+
+/// A disk cache of fetched units and its use.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DiskCacheStatus {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its budget in bytes.
+    pub budget_bytes: u64,
+    /// Bytes of its entries on disk.
+    pub used_bytes: u64,
+    /// Entries held.
+    pub entries: u64,
+    /// Units answered from it.
+    pub hits: u64,
+    /// Units looked for and not found.
+    pub misses: u64,
+    /// Entries found damaged (then fetched again).
+    pub corrupt: u64,
+    /// Entries removed to make room.
+    pub evictions: u64,
+    /// Entries that could not be written.
+    pub write_errors: u64,
 }
 
 /// Budgets and use of the three cache tiers.

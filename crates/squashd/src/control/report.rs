@@ -1,7 +1,9 @@
 //! The status report: what each served image costs and how it is doing. Shared by the daemon
 //! (every attached image) and by a lone `squashd mount -o control=PATH` (its one image).
 
-use super::protocol::{ImageStatus, RemoteStatus, Status, Tier, TierSet, TranslationStatus};
+use super::protocol::{
+    DiskCacheStatus, ImageStatus, RemoteStatus, Status, Tier, TierSet, TranslationStatus,
+};
 use squashd_core::{CacheStats, Image, ImageStats};
 use squashd_fuse::MountProbe;
 use squashd_kernel::KernelMount;
@@ -125,6 +127,20 @@ pub(crate) fn status<'a>(
         rss_bytes: rss_bytes(),
         shared_cache: tiers(shared),
         images: images.map(|(m, s)| image_status(m, s)).collect(),
+        disk_caches: crate::remote::disk_caches()
+            .into_iter()
+            .map(|(dir, s)| DiskCacheStatus {
+                dir,
+                budget_bytes: s.budget,
+                used_bytes: s.bytes_used,
+                entries: s.entries,
+                hits: s.hits,
+                misses: s.misses,
+                corrupt: s.corrupt,
+                evictions: s.evictions,
+                write_errors: s.write_errors,
+            })
+            .collect(),
     }
 }
 

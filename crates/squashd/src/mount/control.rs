@@ -41,10 +41,10 @@ impl LoneMountControl {
 impl Controller for LoneMountControl {
     fn dispatch(&self, request: Request, _caller: crate::control::Caller) -> Response {
         match request {
-            Request::Status => Response::Status(status(
+            Request::Status => Response::Status(Box::new(status(
                 &self.served.image.caches().stats(),
                 std::iter::once((self.mountpoint.as_path(), &self.served)),
-            )),
+            ))),
             Request::Attach { .. } | Request::Detach { .. } => Response::Error {
                 message: format!(
                     "{} is a lone `squashd mount`: attach and detach need `squashd serve`",

@@ -133,7 +133,7 @@ pub fn detach(args: DetachArgs) -> anyhow::Result<()> {
 /// Runs `squashd status`.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let status = match call(&args.socket.path(), &Request::Status, None)? {
-        Response::Status(s) => s,
+        Response::Status(s) => *s,
         Response::Error { message } => bail!("{message}"),
         Response::Ok { message } => bail!("unexpected answer: {message}"),
     };
@@ -164,6 +164,19 @@ fn print_table(s: &Status) {
         mib(c.compressed.resident_bytes),
         mib(c.compressed.capacity_bytes),
     );
+    for c in &s.disk_caches {
+        println!(
+            "disk cache {}: {} of {} in {} entries; {} hits, {} misses, {} evicted, {} damaged",
+            c.dir.display(),
+            mib(c.used_bytes),
+            mib(c.budget_bytes),
+            c.entries,
+            c.hits,
+            c.misses,
+            c.evictions,
+            c.corrupt
+        );
+    }
     println!(
         "{:<28} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
         "MOUNTPOINT",

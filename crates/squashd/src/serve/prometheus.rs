@@ -223,6 +223,40 @@ pub(super) fn render(status: &Status) -> String {
     families.extend(per_image);
     families.extend(cache);
     families.extend(remote);
+    let mut disk = [
+        Family::new(
+            "squashd_disk_cache_used_bytes",
+            "gauge",
+            "Bytes of a disk cache's entries.",
+        ),
+        Family::new(
+            "squashd_disk_cache_budget_bytes",
+            "gauge",
+            "A disk cache's budget.",
+        ),
+        Family::new(
+            "squashd_disk_cache_evictions_total",
+            "counter",
+            "Entries removed from a disk cache to make room.",
+        ),
+        Family::new(
+            "squashd_disk_cache_corrupt_total",
+            "counter",
+            "Disk-cache entries found damaged and fetched again.",
+        ),
+    ];
+    for cache in &status.disk_caches {
+        let values = [
+            cache.used_bytes,
+            cache.budget_bytes,
+            cache.evictions,
+            cache.corrupt,
+        ];
+        for (family, value) in disk.iter_mut().zip(values) {
+            family.add(vec![("dir", cache.dir.display().to_string())], value as f64);
+        }
+    }
+    families.extend(disk);
     let mut out = String::new();
     for family in &families {
         family.write(&mut out);
@@ -261,6 +295,7 @@ mod tests {
             rss_bytes: 123,
             shared_cache: TierSet::default(),
             images: vec![image],
+            disk_caches: Vec::new(),
         };
         let text = render(&status);
         assert!(text.contains(

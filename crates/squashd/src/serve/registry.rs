@@ -329,7 +329,7 @@ impl Controller for Registry {
                 options,
             } => self.attach(caller, &image, &mountpoint, &options, false),
             Request::Detach { mountpoint, lazy } => self.detach(&caller, &mountpoint, lazy),
-            Request::Status => return Response::Status(self.status()),
+            Request::Status => return Response::Status(Box::new(self.status())),
         };
         logged(result)
     }

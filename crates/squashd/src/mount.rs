@@ -15,6 +15,7 @@ pub use helper::helper_main;
 
 // The path `squashd serve` used before the parser moved; new code names `crate::options`.
 
+use crate::control::report::{Probe, ServedImage};
 use crate::daemonize::{daemonize, WaitingParent};
 use crate::notify_pipe::Outcome;
 use crate::options::{Engine, Options};
@@ -150,6 +151,57 @@ pub(crate) struct LoneMount {
     /// The options as given, for `status`.
     pub(crate) given: Vec<String>,
     pub(crate) ready_fd: Option<ReadyFd>,
+}
+
+/// What a lone mount holds while it serves, once mounted on either path.
+pub(crate) struct Serving {
+    _trace: Option<crate::remote::TraceOnDrop>,
+    _control: Option<control::SocketFile>,
+    /// Told once the mount answers.
+    pub(crate) ready_fd: Option<ReadyFd>,
+    /// Told once the mount answers, or that it failed (`notify_pipe=`).
+    pub(crate) notify_pipe: Option<PathBuf>,
+}
+
+impl LoneMount {
+    /// Starts what the options ask for once the image is mounted on `mountpoint`: a remote
+    /// image's prefetch list and trace, and the control socket reporting `probe`'s figures.
+    pub(crate) fn start_serving(self, probe: Probe, mountpoint: &Path) -> anyhow::Result<Serving> {
+        let LoneMount {
+            image_path,
+            image,
+            remote,
+            options,
+            given,
+            ready_fd,
+        } = self;
+        let trace =
+            crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
+        if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
+            crate::remote::start_prefetch(&image, remote, list);
+        }
+        let served = ServedImage {
+            image_path,
+            options: given,
+            image,
+            remote,
+            file_id: None,
+            probe,
+            since: std::time::Instant::now(),
+            private_cache: true,
+        };
+        let control = options
+            .control
+            .as_ref()
+            .map(|socket| control::LoneMountControl::listen(socket, served, mountpoint))
+            .transpose()?;
+        Ok(Serving {
+            _trace: trace,
+            _control: control,
+            ready_fd,
+            notify_pipe: options.notify_pipe,
+        })
+    }
 }
 
 /// A mount refused for want of /dev/fuse names /dev/fuse: fuser opens it before it mounts (or

@@ -2,14 +2,14 @@
 //! socket, signals, readiness and prefetch, until it is unmounted. Also where a kernel-path
 //! mount that the kernel refused falls back to when squashd chose the path.
 
-use super::{announce_ready, control, watch_signals, LoneMount};
-use crate::control::report::{Probe, ServedImage};
+use super::{announce_ready, watch_signals, LoneMount};
+use crate::control::report::Probe;
 use crate::daemonize::WaitingParent;
 use crate::notify_pipe::Outcome;
 use crate::readiness::root_answers;
 use anyhow::Context;
 use squashd_fuse::MountedImage;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Serves `mounted` until it is unmounted; tells `parent` (a caller waiting in the
 /// foreground) once it answers.
@@ -18,40 +18,12 @@ pub(super) fn serve(
     mounted: MountedImage,
     parent: Option<WaitingParent>,
 ) -> anyhow::Result<()> {
-    let LoneMount {
-        image_path,
-        image,
-        remote,
-        options,
-        given,
-        ready_fd,
-    } = lone;
     let mountpoint = mounted.mountpoint().to_path_buf();
-    let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
-    if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
-        crate::remote::start_prefetch(&image, remote, list);
-    }
-    let _control = match &options.control {
-        Some(socket) => Some(control::LoneMountControl::listen(
-            socket,
-            ServedImage {
-                image_path,
-                options: given,
-                image,
-                remote,
-                file_id: None,
-                probe: Probe::Fuse(mounted.probe()),
-                since: Instant::now(),
-                private_cache: true,
-            },
-            mounted.mountpoint(),
-        )?),
-        None => None,
-    };
+    let mut serving = lone.start_serving(Probe::Fuse(mounted.probe()), &mountpoint)?;
     let signal_unmounter = mounted.unmounter();
     watch_signals(move |lazy| signal_unmounter.unmount(lazy))?;
     let unmounter = mounted.unmounter();
-    let notify_pipe = options.notify_pipe.clone();
+    let (ready_fd, notify_pipe) = (serving.ready_fd.take(), serving.notify_pipe.clone());
     std::thread::Builder::new()
         .name("readiness".into())
         .spawn(move || {

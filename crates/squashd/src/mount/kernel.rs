@@ -3,9 +3,8 @@
 //! mounted on the two (see squashd-kernel). The process lives as long as the mount: it ends
 //! when the kernel lets go of the mount's files (umount, SIGTERM).
 
-use super::control::LoneMountControl;
 use super::LoneMount;
-use crate::control::report::{Probe, ServedImage};
+use crate::control::report::Probe;
 use crate::daemonize::daemonize;
 use crate::options::{Engine, Options};
 use anyhow::Context;
@@ -15,7 +14,6 @@ use squashd_fuse::MountedImage;
 use squashd_kernel::{KernelMountOptions, KernelPath, OwnerOverride, Prepared};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Where lone kernel-path mounts keep their blob file systems, one directory per process.
 const BLOB_DIRS: &str = "/run/squashd";
@@ -154,39 +152,11 @@ pub(super) fn run(lone: LoneMount, mountpoint: &Path, foreground: bool) -> anyho
             return super::fuse::serve(lone, mounted, parent);
         }
     };
-    let LoneMount {
-        image_path,
-        image,
-        remote,
-        options,
-        given,
-        ready_fd,
-    } = lone;
-    let _trace = crate::remote::TraceOnDrop::new(remote.as_ref(), options.remote.trace.as_deref());
-    if let (Some(remote), Some(list)) = (&remote, &options.remote.prefetch) {
-        crate::remote::start_prefetch(&image, remote, list);
-    }
-    let _control = match &options.control {
-        Some(socket) => Some(LoneMountControl::listen(
-            socket,
-            ServedImage {
-                image_path,
-                options: given,
-                image,
-                remote,
-                file_id: None,
-                probe: Probe::Kernel(mounted.clone()),
-                since: Instant::now(),
-                private_cache: true,
-            },
-            &mountpoint,
-        )?),
-        None => None,
-    };
+    let mut serving = lone.start_serving(Probe::Kernel(mounted.clone()), &mountpoint)?;
     // The kernel then lets go of the mount's files and `wait_unmounted` returns.
     let signal_mount = mounted.clone();
     super::watch_signals(move |lazy| signal_mount.unmount(lazy))?;
-    super::announce_ready(ready_fd, parent, options.notify_pipe.clone());
+    super::announce_ready(serving.ready_fd.take(), parent, serving.notify_pipe.clone());
     mounted.wait_unmounted();
     drop(kernel);
     let _ = std::fs::remove_dir(&dir);

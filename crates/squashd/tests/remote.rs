@@ -64,18 +64,30 @@ fn data_image(dir: &Path) -> (PathBuf, Vec<u8>) {
     (image, big)
 }
 
+/// The fixture tree's zstd image, served by nginx: the tree, the image, the server and the
+/// image's URL; None (the skip printed) when nginx cannot serve.
+fn fixture_over_http() -> Option<(Built, PathBuf, Nginx, String)> {
+    let built = Built::new(&TreeOptions::default());
+    let image = built.image("zstd", &["-comp", "zstd"]);
+    let nginx = match Nginx::serve(image.parent().unwrap()) {
+        Ok(n) => n,
+        Err(why) => {
+            testkit::skip(&format!("nginx cannot serve: {why}"));
+            return None;
+        }
+    };
+    let url = nginx.url("zstd.sqfs");
+    Some((built, image, nginx, url))
+}
+
 #[test]
 fn offline_tools_over_http_match_unsquashfs() {
     if !testkit::have_squashfs_tools() {
         return;
     }
-    let built = Built::new(&TreeOptions::default());
-    let image = built.image("zstd", &["-comp", "zstd"]);
-    let nginx = match Nginx::serve(image.parent().unwrap()) {
-        Ok(n) => n,
-        Err(why) => return testkit::skip(&format!("nginx cannot serve: {why}")),
+    let Some((built, image, _nginx, url)) = fixture_over_http() else {
+        return;
     };
-    let url = nginx.url("zstd.sqfs");
     let reference = built.extract(&image);
     let dest = built.scratch("extract-over-http");
     let out = squashd(&["extract", &url, "-d", dest.to_str().unwrap()]);
@@ -95,13 +107,9 @@ fn a_mount_over_http_matches_the_kernels_squashfs_of_a_local_copy() {
     if !testkit::can_mount() {
         return;
     }
-    let built = Built::new(&TreeOptions::default());
-    let image = built.image("zstd", &["-comp", "zstd"]);
-    let nginx = match Nginx::serve(image.parent().unwrap()) {
-        Ok(n) => n,
-        Err(why) => return testkit::skip(&format!("nginx cannot serve: {why}")),
+    let Some((built, image, nginx, url)) = fixture_over_http() else {
+        return;
     };
-    let url = nginx.url("zstd.sqfs");
     let (reference, kernel) = built.reference(&image, "zstd");
     let expected = testkit::walk_disk(&reference);
     let mut engines = vec!["fuse"];

@@ -1041,6 +1041,12 @@ fn users_get_what_fusermount_would_give_them_and_no_more() {
         "{answer}"
     );
     assert_eq!(mount_id(&own), None);
+    // A remote image: the daemon would fetch it with its own network access and credentials.
+    refused(
+        &["attach", "http://127.0.0.1:9/image.sqfs", &s(&own)],
+        "may not attach a remote image",
+        &own,
+    );
     // Directories that are not the user's, directly or through a symlink of theirs.
     refused(
         &["attach", &s(img1), &s(&roots)],

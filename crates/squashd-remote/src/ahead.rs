@@ -16,6 +16,8 @@ const MAX_QUEUED: usize = 1 << 16;
 #[derive(Clone, Copy, Default)]
 struct Stream {
     last_unit: u64,
+    /// Units before this one are fetched or queued.
+    queued_end: u64,
     window: u64,
     used: u64,
 }
@@ -34,8 +36,12 @@ impl Streams {
         }
     }
 
-    /// A reader read units `first..=last`: the units to fetch ahead for it, if it reads on
-    /// from where a stream stopped (its window doubles each time), else none (a new stream).
+    /// A reader read units `first..=last`: the units to fetch ahead for it. A reader that goes
+    /// on from where a stream stopped gets, each time it comes within half a window of what is
+    /// queued, the next stretch of a window that doubles up to the largest: batches rather than
+    /// a unit per read, so that a request carries many units (as the kernel's asynchronous
+    /// read-ahead marks a page to start the next batch). A read elsewhere starts a new stream,
+    /// with nothing fetched ahead yet.
     pub fn on_read(&self, first: u64, last: u64) -> std::ops::Range<u64> {
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (streams, clock) = &mut *guard;
@@ -47,15 +53,23 @@ impl Streams {
         {
             stream.used = now;
             if last <= stream.last_unit {
+                // The same unit again: no progress, no more read-ahead.
+                return 0..0;
+            }
+            stream.last_unit = last;
+            let next = stream.last_unit + 1;
+            if stream.queued_end > next + stream.window / 2 {
                 return 0..0;
             }
             stream.window = (stream.window * 2).min(self.max_window);
-            stream.last_unit = last;
-            return last + 1..last + 1 + stream.window;
+            let from = stream.queued_end.max(next);
+            stream.queued_end = next + stream.window;
+            return from..stream.queued_end;
         }
         if let Some(oldest) = streams.iter_mut().min_by_key(|s| s.used) {
             *oldest = Stream {
                 last_unit: last,
+                queued_end: last + 1,
                 window: 1,
                 used: now,
             };
@@ -102,7 +116,39 @@ impl Queue {
         self.ready.notify_all();
     }
 
+    /// The next units to fetch: the first queued and those queued right after it that follow
+    /// it without a gap, `max` at most (one request fetches them), waiting up to `patience`
+    /// for one; empty on time-out, `Err` once closed.
+    pub fn pop_run(&self, max: usize, patience: Duration) -> Result<Vec<u64>, ()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.units.is_empty() && !state.closed {
+            state = self
+                .ready
+                .wait_timeout(state, patience)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        if state.closed {
+            return Err(());
+        }
+        let mut run: Vec<u64> = Vec::new();
+        while run.len() < max.max(1) {
+            let next = state.units.front().copied();
+            match (next, run.last()) {
+                (Some(unit), None) => run.push(unit),
+                (Some(unit), Some(&last)) if unit == last + 1 => run.push(unit),
+                _ => break,
+            }
+            state.units.pop_front();
+            if let Some(&unit) = run.last() {
+                state.queued.remove(&unit);
+            }
+        }
+        Ok(run)
+    }
+
     /// The next unit to fetch, waiting up to `patience`; `None` on time-out, `Err` once closed.
+    #[cfg(test)]
     pub fn pop(&self, patience: Duration) -> Result<Option<u64>, ()> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.units.is_empty() && !state.closed {
@@ -137,7 +183,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sequential_reader_gets_a_growing_window() {
+    fn a_sequential_reader_gets_growing_batches() {
         let streams = Streams::new(8);
         assert_eq!(
             streams.on_read(10, 10),
@@ -150,15 +196,39 @@ mod tests {
             0..0,
             "the same unit again asks for nothing"
         );
-        assert_eq!(streams.on_read(12, 12), 13..17);
-        assert_eq!(streams.on_read(13, 13), 14..22);
-        assert_eq!(streams.on_read(14, 14), 15..23, "capped at 8 units");
+        assert_eq!(streams.on_read(12, 12), 14..17);
+        assert_eq!(
+            streams.on_read(13, 13),
+            0..0,
+            "more than half a window is queued"
+        );
+        assert_eq!(streams.on_read(14, 14), 17..23);
+        let mut batches = Vec::new();
+        for unit in 15..40 {
+            let batch = streams.on_read(unit, unit);
+            if !batch.is_empty() {
+                batches.push(batch);
+            }
+        }
+        // Capped at 8 units ahead, queued 4 at a time, each unit once and in order.
+        assert!(batches.iter().all(|b| b.end - b.start <= 8), "{batches:?}");
+        assert!(
+            batches.windows(2).all(|w| w[0].end == w[1].start),
+            "{batches:?}"
+        );
+        assert!(
+            batches.iter().skip(1).all(|b| b.end - b.start >= 4),
+            "{batches:?}"
+        );
         assert_eq!(
             streams.on_read(500, 500),
             0..0,
             "a jump starts another stream"
         );
-        assert_eq!(streams.on_read(15, 15), 16..24, "the first stream goes on");
+        assert!(
+            (40..44).any(|unit| !streams.on_read(unit, unit).is_empty()),
+            "the first stream goes on"
+        );
     }
 
     #[test]
@@ -170,5 +240,15 @@ mod tests {
         assert_eq!(queue.pop(Duration::from_millis(1)), Ok(None));
         queue.close();
         assert_eq!(queue.pop(Duration::ZERO), Err(()));
+    }
+
+    #[test]
+    fn a_run_is_units_that_follow_each_other() {
+        let queue = Queue::new();
+        queue.push([5, 6, 7, 9, 10, 11, 12]);
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![5, 6, 7]));
+        assert_eq!(queue.pop_run(2, Duration::ZERO), Ok(vec![9, 10]));
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![11, 12]));
+        assert_eq!(queue.pop_run(8, Duration::from_millis(1)), Ok(vec![]));
     }
 }

@@ -257,19 +257,21 @@ fn an_object_replaced_under_a_daemon_gives_eio_and_its_other_images_keep_serving
         assert!(daemon.try_wait().unwrap().is_none(), "the daemon exited");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The small files' data lies in the same unit as the start of big: read the end of big,
-    // which no read has brought in yet, after the object changes.
-    assert_eq!(
-        fs::read(changing_mnt.join("d/f3")).unwrap(),
-        b"file 3\n".repeat(4)
-    );
+    // Only the metadata (pinned at open) and the first fetch unit have been fetched: a listing
+    // needs nothing more. The rest of big is fetched after the object changes.
+    assert_eq!(fs::read_dir(changing_mnt.join("d")).unwrap().count(), 20);
     let mut changed = bytes.clone();
     let last = changed.len() - 1;
     changed[last] ^= 1;
     server.replace(changed);
     let read = fs::read(changing_mnt.join("big"));
     let errno = read.as_ref().err().and_then(|e| e.raw_os_error());
-    assert_eq!(errno, Some(libc::EIO), "a read after the change: {read:?}");
+    assert_eq!(
+        errno,
+        Some(libc::EIO),
+        "a read after the change: {:?}",
+        read.as_ref().map(|bytes| bytes.len())
+    );
     assert!(
         fs::read(steady_mnt.join("big")).unwrap() == big,
         "the other image"

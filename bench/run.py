@@ -111,7 +111,8 @@ def main():
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "mode": mode,
         "runs": args.runs,
-        "command": "sudo python3 bench/run.py " + " ".join(sys.argv[1:]),
+        "command": "sudo " + (f"CARGO_TARGET_DIR={os.environ['CARGO_TARGET_DIR']} " if os.environ.get("CARGO_TARGET_DIR")
+                              else "") + "python3 bench/run.py " + " ".join(sys.argv[1:]),
         "machine": machine_info(squashd),
         "systems": [{"name": s.name, "label": s.label, "version": s.version, "skip_reason": s.skip_reason}
                     for s in systems],

@@ -117,6 +117,12 @@ def _du(path):
         return 0
 
 
+def _output(cmd):
+    """stdout and stderr of a command (versions are printed on either)."""
+    p = run(cmd, check=False, timeout=30)
+    return p.stdout + p.stderr
+
+
 class _Run:
     """One run's measurements, appended to `out`."""
 
@@ -271,8 +277,8 @@ def e5_remote(squashd, squashfuse, usr, data, runs):
         return out
     images = {"usr": usr["path"], "data": data["path"]}
     served = {k: _served_copy(v) for k, v in images.items()}
-    out["versions"] = {"nginx": (run([Nginx.binary(), "-v"], check=False).stderr.strip()),
-                       "httpdirfs": next((line for line in run(["httpdirfs", "--version"], check=False).stdout.splitlines()
+    out["versions"] = {"nginx": _output([Nginx.binary(), "-v"]).strip(),
+                       "httpdirfs": next((line for line in _output(["httpdirfs", "--version"]).splitlines()
                                           if line.startswith("HTTPDirFS")), "httpdirfs ?"),
                        "curl": run(["curl", "--version"], check=False).stdout.split("\n")[0]}
     # Bounded: the proxies exit by themselves after 3 hours, whatever happens to this process.

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import experiments, images, report  # noqa: E402
+from benchlib import e5_remote, e5_report, e5_servers, experiments, images, report  # noqa: E402
 from benchlib.common import REPO_DIR, WORK_DIR, first_line, is_root, log, meminfo, run  # noqa: E402
 from benchlib.mounts import Erofs, Kernel, Squashd, SquashdKernel, Squashfuse, cleanup, leftovers  # noqa: E402
 
@@ -30,9 +30,12 @@ def parse_args():
     p.add_argument("--quick", action="store_true", help="small images, fewer N, short random reads")
     p.add_argument("--runs", type=int, default=3, help="runs of every measurement (default 3)")
     p.add_argument("--squashfuse", default="/usr/bin/squashfuse_ll", help="the squashfuse_ll binary to compare with")
-    p.add_argument("--squashd", default=os.path.join(REPO_DIR, "target", "release", "squashd"))
+    p.add_argument("--squashd", default=os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO_DIR, "target"),
+                                                     "release", "squashd"),
+                   help="the squashd binary (default: release build in $CARGO_TARGET_DIR, else target/)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build first")
-    p.add_argument("--only", default="E1,E2,E3,E4", help="comma-separated experiments to run")
+    p.add_argument("--only", default="E1,E2,E3,E4",
+                   help="comma-separated experiments to run (E5, remote images, runs only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
     return p.parse_args()
 
@@ -108,7 +111,8 @@ def main():
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "mode": mode,
         "runs": args.runs,
-        "command": "sudo python3 bench/run.py " + " ".join(sys.argv[1:]),
+        "command": "sudo " + (f"CARGO_TARGET_DIR={os.environ['CARGO_TARGET_DIR']} " if os.environ.get("CARGO_TARGET_DIR")
+                              else "") + "python3 bench/run.py " + " ".join(sys.argv[1:]),
         "machine": machine_info(squashd),
         "systems": [{"name": s.name, "label": s.label, "version": s.version, "skip_reason": s.skip_reason}
                     for s in systems],
@@ -149,7 +153,10 @@ def main():
                          else dict(empty, count=services["count"]))
         results["E4"] = (experiments.e4_offline(squashd, usr, data, ns, args.runs, 8 if args.quick else 2) if "E4" in only
                          else {"ls": {}, "extract": {}, "walk": {}, "split": [], "skipped": {"all": "not run"}})
+        if "E5" in only:
+            results["E5"] = e5_remote.e5_remote(squashd, args.squashfuse, usr, data, args.runs)
     finally:
+        e5_servers.stop_all()
         cleanup()
         left = leftovers()
         if left:
@@ -161,22 +168,26 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     stem = f"{started.strftime('%Y-%m-%d')}-{mode}"
-    if only != {"E1", "E2", "E3", "E4"}:
+    complete = {"E1", "E2", "E3", "E4"} <= only
+    if not complete:
         stem += "-" + "".join(sorted(only)).lower()
     with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(results, f, indent=1)
     md = report.markdown(results)
-    try:
-        report.plots(results, args.out, stem + "-")
-        md = md.replace("](e", f"]({stem}-e")
-    except ImportError:
-        md += "\n(no plots: matplotlib is missing; scripts/setup.sh installs python3-matplotlib)\n"
+    if "E5" in results:
+        md += "\n" + e5_report.markdown(results["E5"])
+    if only & {"E1", "E2", "E3", "E4"}:
+        try:
+            report.plots(results, args.out, stem + "-")
+            md = md.replace("](e", f"]({stem}-e")
+        except ImportError:
+            md += "\n(no plots: matplotlib is missing; scripts/setup.sh installs python3-matplotlib)\n"
     md += f"\nTotal run time: {results['duration_seconds'] / 60:.1f} min.\n"
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write(md)
     # latest.*: the same files under a stable name for the README to point at; only for a
     # complete full run (a quick or partial run must not replace what the README shows).
-    if mode != "full" or only != {"E1", "E2", "E3", "E4"}:
+    if mode != "full" or not complete:
         log(f"wrote {os.path.join(args.out, stem)}.md/.json and plots (latest.* left alone: not a complete full run); "
             f"total {results['duration_seconds'] / 60:.1f} min")
         return

@@ -53,10 +53,10 @@ def markdown(results):
         "",
     ]
     lines += _targets_md(results)
-    lines += _e1_md(results["E1"], label)
-    lines += _e2_md(results["E2"], label)
-    lines += _e3_md(results["E3"], label)
-    lines += _e4_md(results["E4"])
+    # Experiments left out with --only get no section.
+    for key, section in (("E1", _e1_md), ("E2", _e2_md), ("E3", _e3_md), ("E4", lambda e, _label: _e4_md(e))):
+        if "all" not in results[key].get("skipped", {}):
+            lines += section(results[key], label)
     return "\n".join(lines) + "\n"
 
 

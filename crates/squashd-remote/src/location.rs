@@ -7,7 +7,7 @@ use std::fmt;
 pub enum Location {
     /// An object on an HTTP(S) server that answers range requests.
     Http {
-        /// The URL as given (it may carry a token in its query: never shown, see [`Display`]).
+        /// The URL as given (it may carry a token in its query: never shown: see its `Display`).
         url: String,
     },
     /// An object in an S3-compatible store.

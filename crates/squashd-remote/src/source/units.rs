@@ -1,0 +1,276 @@
+//! Where a unit comes from: the pinned metadata, the memory tier, the disk cache or the server,
+//! for readers (one fetch per unit however many miss it) and for read-ahead (consecutive units in
+//! one request, holding no placeholder).
+
+use super::{Shared, MAX_TRACED};
+use crate::ahead::Queue;
+use crate::disk_cache::UnitKey;
+use crate::http::FetchError;
+use crate::stats::Counters;
+use quick_cache::sync::GuardResult;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+impl Shared {
+    pub(super) fn broken(&self) -> Option<String> {
+        self.broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn note_traced(&self, index: u64) {
+        if let Some(trace) = &self.trace {
+            let mut trace = trace.lock().unwrap_or_else(PoisonError::into_inner);
+            if trace.order.len() < MAX_TRACED && trace.seen.insert(index) {
+                trace.order.push(index);
+            }
+        }
+    }
+
+    pub(super) fn unit_len(&self, index: u64) -> u64 {
+        let start = index * self.unit_size;
+        self.unit_size.min(self.info.size.saturating_sub(start))
+    }
+
+    pub(super) fn key(&self, index: u64) -> UnitKey {
+        UnitKey {
+            object: self.identity.clone(),
+            index,
+        }
+    }
+
+    pub(super) fn has(&self, index: u64) -> bool {
+        self.memory.peek(&index).is_some()
+            || self
+                .pinned
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(&index)
+    }
+
+    pub(super) fn queue_range(&self, pos: u64, len: u64) {
+        let Some(end) = pos.checked_add(len).map(|e| e.min(self.info.size)) else {
+            return;
+        };
+        if len == 0 || pos >= end {
+            return;
+        }
+        self.queue_units(pos / self.unit_size..(end - 1) / self.unit_size + 1);
+    }
+
+    pub(super) fn queue_units(&self, units: std::ops::Range<u64>) {
+        let count = self.info.size.div_ceil(self.unit_size);
+        let units = units.start.min(count)..units.end.min(count);
+        if self.workers.count == 0 || units.is_empty() {
+            return;
+        }
+        self.workers.ensure_started(&self.queue);
+        self.queue.push(units.filter(|&u| !self.has(u)));
+    }
+
+    /// Unit `index` for a reader, from wherever it is nearest.
+    pub(super) fn unit(&self, index: u64) -> io::Result<Arc<[u8]>> {
+        if let Some(bytes) = self
+            .pinned
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+        {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(bytes.clone());
+        }
+        if let Some(bytes) = self.memory.get(&index) {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(bytes);
+        }
+        let started = Instant::now();
+        let result = match self.memory.get_value_or_guard(&index, None) {
+            GuardResult::Value(bytes) => Ok(bytes),
+            GuardResult::Guard(guard) => {
+                let bytes = self.load(index)?;
+                let _ = guard.insert(bytes.clone());
+                Ok(bytes)
+            }
+            GuardResult::Timeout => Err(io::Error::other("unreachable: no time-out was set")),
+        };
+        Counters::add(&self.counters.wait_ns, started.elapsed().as_nanos() as u64);
+        result
+    }
+
+    /// Fetches the consecutive units `run` ahead of readers: those not held already, from the
+    /// disk cache where it has them, the rest in one request per stretch without a gap. No
+    /// placeholder is held during the request (a reader that misses one of these units
+    /// meanwhile fetches it itself rather than wait behind read-ahead); each unit is offered to
+    /// the memory tier only if no reader has loaded it or is loading it.
+    pub(super) fn load_ahead(&self, run: &[u64]) -> io::Result<()> {
+        let mut missing = Vec::new();
+        for &index in run {
+            if self.has(index) {
+                continue;
+            }
+            let from_disk = self.disk.as_ref().and_then(|disk| {
+                disk.get(&self.key(index))
+                    .filter(|b| b.len() as u64 == self.unit_len(index))
+            });
+            match from_disk {
+                Some(bytes) => {
+                    Counters::add(&self.counters.disk_hits, 1);
+                    self.offer(index, bytes.into());
+                }
+                None => missing.push(index),
+            }
+        }
+        let mut rest = &missing[..];
+        while let Some(&first) = rest.first() {
+            let stretch = rest
+                .windows(2)
+                .take_while(|pair| pair[1] == pair[0] + 1)
+                .count()
+                + 1;
+            let last = rest[stretch - 1];
+            rest = &rest[stretch..];
+            let start = first * self.unit_size;
+            let end = last * self.unit_size + self.unit_len(last);
+            let bytes = {
+                let _permit = self.gate.for_read_ahead();
+                self.fetch(start, end - start)?
+            };
+            for index in first..=last {
+                let at = ((index - first) * self.unit_size) as usize;
+                let Some(unit) = bytes.get(at..at + self.unit_len(index) as usize) else {
+                    break;
+                };
+                Counters::add(&self.counters.units_fetched, 1);
+                Counters::add(&self.counters.units_prefetched, 1);
+                if let Some(disk) = &self.disk {
+                    disk.put(&self.key(index), unit);
+                }
+                self.offer(index, unit.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a unit fetched ahead into the memory tier, unless a reader got there first.
+    pub(super) fn offer(&self, index: u64, bytes: Arc<[u8]>) {
+        if let GuardResult::Guard(guard) =
+            self.memory.get_value_or_guard(&index, Some(Duration::ZERO))
+        {
+            let _ = guard.insert(bytes);
+        }
+    }
+
+    /// Unit `index` from the disk cache, else from the server (then into the disk cache).
+    pub(super) fn load(&self, index: u64) -> io::Result<Arc<[u8]>> {
+        let len = self.unit_len(index);
+        if let Some(disk) = &self.disk {
+            if let Some(bytes) = disk.get(&self.key(index)).filter(|b| b.len() as u64 == len) {
+                Counters::add(&self.counters.disk_hits, 1);
+                return Ok(bytes.into());
+            }
+        }
+        let bytes: Arc<[u8]> = {
+            let _permit = self.gate.for_reader();
+            self.fetch(index * self.unit_size, len)?.into()
+        };
+        Counters::add(&self.counters.units_fetched, 1);
+        if let Some(disk) = &self.disk {
+            disk.put(&self.key(index), &bytes);
+        }
+        Ok(bytes)
+    }
+
+    /// Bytes from the server; a changed object breaks the source for good.
+    pub(super) fn fetch(&self, start: u64, len: u64) -> io::Result<Vec<u8>> {
+        self.fetcher
+            .get(&self.info, start, len)
+            .map_err(|e| self.failed(e))
+    }
+
+    pub(super) fn failed(&self, e: FetchError) -> io::Error {
+        let message = e.to_string();
+        if matches!(e, FetchError::Changed(_)) {
+            tracing::error!("{}: {message}; every read of it now fails", self.name);
+            *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+        } else {
+            tracing::warn!("{}: {message}", self.name);
+        }
+        io::Error::other(format!("{}: {message}", self.name))
+    }
+
+    /// Pins the units covering `start..end`, fetching those the disk cache lacks in one request.
+    pub(super) fn pin(&self, start: u64, end: u64) -> io::Result<()> {
+        let first = start / self.unit_size;
+        let last = (end - 1) / self.unit_size;
+        let mut pinned = HashMap::new();
+        let mut missing = Vec::new();
+        for index in first..=last {
+            let cached = self.disk.as_ref().and_then(|disk| {
+                disk.get(&self.key(index))
+                    .filter(|b| b.len() as u64 == self.unit_len(index))
+            });
+            match cached {
+                Some(bytes) => {
+                    Counters::add(&self.counters.disk_hits, 1);
+                    pinned.insert(index, Arc::<[u8]>::from(bytes));
+                }
+                None => missing.push(index),
+            }
+        }
+        if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
+            let fetch_start = from * self.unit_size;
+            let fetch_end = to * self.unit_size + self.unit_len(to);
+            let bytes = {
+                let _permit = self.gate.for_reader();
+                self.fetch(fetch_start, fetch_end - fetch_start)?
+            };
+            for index in from..=to {
+                let at = ((index - from) * self.unit_size) as usize;
+                let len = self.unit_len(index) as usize;
+                let Some(unit) = bytes.get(at..at + len) else {
+                    break;
+                };
+                Counters::add(&self.counters.units_fetched, 1);
+                if let Some(disk) = &self.disk {
+                    disk.put(&self.key(index), unit);
+                }
+                pinned.entry(index).or_insert_with(|| unit.into());
+            }
+        }
+        self.pinned
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(pinned);
+        Ok(())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+/// Units one read-ahead request fetches at most: a sequential reader's window comes in few
+/// large requests, so that a few threads keep a high bandwidth-delay product in flight.
+const MAX_RUN_UNITS: usize = 8;
+
+/// Fetches queued units while the source lives; holds it only for one run at a time, so a
+/// dropped source ends its workers.
+pub(super) fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue) {
+    while let Ok(run) = queue.pop_run(MAX_RUN_UNITS, Duration::from_secs(1)) {
+        if run.is_empty() {
+            continue;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.broken().is_none() {
+            // A failure here is a reader's to meet and report; read-ahead just stops for it.
+            let _ = shared.load_ahead(&run);
+        }
+    }
+}

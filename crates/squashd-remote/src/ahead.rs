@@ -150,22 +150,7 @@ impl Queue {
     /// The next unit to fetch, waiting up to `patience`; `None` on time-out, `Err` once closed.
     #[cfg(test)]
     pub fn pop(&self, patience: Duration) -> Result<Option<u64>, ()> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.units.is_empty() && !state.closed {
-            state = self
-                .ready
-                .wait_timeout(state, patience)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        if state.closed {
-            return Err(());
-        }
-        let unit = state.units.pop_front();
-        if let Some(unit) = unit {
-            state.queued.remove(&unit);
-        }
-        Ok(unit)
+        Ok(self.pop_run(1, patience)?.first().copied())
     }
 
     /// Stops the workers.

@@ -122,13 +122,7 @@ impl Client {
             .call()
             .map_err(transport)?;
         check_status(response.status().as_u16(), "HEAD")?;
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| header(&response, name);
         let size = header("content-length")
             .and_then(|len| len.trim().parse::<u64>().ok())
             .ok_or_else(|| {
@@ -183,13 +177,7 @@ impl Client {
                 "unexpected HTTP status {status} to a ranged GET"
             )));
         }
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| header(&response, name);
         if let (Some(pinned), Some(now)) = (&info.etag, header("etag")) {
             if *pinned != now {
                 return Err(FetchError::Changed(format!("ETag {pinned} is now {now}")));
@@ -238,6 +226,15 @@ impl Client {
 }
 
 use std::io::Read as _;
+
+/// Header `name` of `response`, if present and text.
+fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
 
 /// A failure below HTTP (connect, TLS, a cut connection, a timeout): worth another try.
 fn transport(e: ureq::Error) -> FetchError {

@@ -80,6 +80,15 @@ fn fixture_over_http() -> Option<(Built, PathBuf, Nginx, String)> {
     Some((built, image, nginx, url))
 }
 
+/// [`data_image`] in a fresh directory, served by a [`FaultServer`] with no fault planned: the
+/// directory, the image, its big file's bytes and the server.
+fn served_data_image() -> (tempfile::TempDir, PathBuf, Vec<u8>, FaultServer) {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, big) = data_image(dir.path());
+    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+    (dir, image, big, server)
+}
+
 #[test]
 fn offline_tools_over_http_match_unsquashfs() {
     if !testkit::have_squashfs_tools() {
@@ -161,9 +170,7 @@ fn faults_give_retries_or_a_clear_error_never_wrong_bytes() {
     if !testkit::have_squashfs_tools() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (image, big) = data_image(dir.path());
-    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+    let (_dir, _image, big, server) = served_data_image();
 
     let out = cat_big(&server);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -490,9 +497,7 @@ fn a_warm_disk_cache_answers_a_later_run_and_stays_in_its_budget() {
     if !testkit::have_squashfs_tools() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let (image, big) = data_image(dir.path());
-    let server = FaultServer::start("/data.sqfs", fs::read(&image).unwrap());
+    let (dir, _image, big, server) = served_data_image();
     let cache = dir.path().join("cache");
     let cat = |budget: &str| {
         let out = squashd(&[

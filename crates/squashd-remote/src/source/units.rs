@@ -111,15 +111,8 @@ impl Shared {
             if self.has(index) {
                 continue;
             }
-            let from_disk = self.disk.as_ref().and_then(|disk| {
-                disk.get(&self.key(index))
-                    .filter(|b| b.len() as u64 == self.unit_len(index))
-            });
-            match from_disk {
-                Some(bytes) => {
-                    Counters::add(&self.counters.disk_hits, 1);
-                    self.offer(index, bytes.into());
-                }
+            match self.disk_unit(index) {
+                Some(bytes) => self.offer(index, bytes),
                 None => missing.push(index),
             }
         }
@@ -132,23 +125,9 @@ impl Shared {
                 + 1;
             let last = rest[stretch - 1];
             rest = &rest[stretch..];
-            let start = first * self.unit_size;
-            let end = last * self.unit_size + self.unit_len(last);
-            let bytes = {
-                let _permit = self.gate.for_read_ahead();
-                self.fetch(start, end - start)?
-            };
-            for index in first..=last {
-                let at = ((index - first) * self.unit_size) as usize;
-                let Some(unit) = bytes.get(at..at + self.unit_len(index) as usize) else {
-                    break;
-                };
-                Counters::add(&self.counters.units_fetched, 1);
+            for (index, unit) in self.fetch_units(first, last, true)? {
                 Counters::add(&self.counters.units_prefetched, 1);
-                if let Some(disk) = &self.disk {
-                    disk.put(&self.key(index), unit);
-                }
-                self.offer(index, unit.into());
+                self.offer(index, unit);
             }
         }
         Ok(())
@@ -165,22 +144,52 @@ impl Shared {
 
     /// Unit `index` from the disk cache, else from the server (then into the disk cache).
     pub(super) fn load(&self, index: u64) -> io::Result<Arc<[u8]>> {
-        let len = self.unit_len(index);
-        if let Some(disk) = &self.disk {
-            if let Some(bytes) = disk.get(&self.key(index)).filter(|b| b.len() as u64 == len) {
-                Counters::add(&self.counters.disk_hits, 1);
-                return Ok(bytes.into());
-            }
+        if let Some(bytes) = self.disk_unit(index) {
+            return Ok(bytes);
         }
-        let bytes: Arc<[u8]> = {
-            let _permit = self.gate.for_reader();
-            self.fetch(index * self.unit_size, len)?.into()
+        self.fetch_units(index, index, false)?
+            .pop()
+            .map(|(_, unit)| unit)
+            .ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
+    }
+
+    /// Unit `index` from the disk cache, if it holds it whole.
+    fn disk_unit(&self, index: u64) -> Option<Arc<[u8]>> {
+        let bytes = self
+            .disk
+            .as_ref()?
+            .get(&self.key(index))
+            .filter(|b| b.len() as u64 == self.unit_len(index))?;
+        Counters::add(&self.counters.disk_hits, 1);
+        Some(bytes.into())
+    }
+
+    /// Units `first..=last` in one request, on a reader's connection or read-ahead's, each
+    /// counted and kept in the disk cache.
+    fn fetch_units(&self, first: u64, last: u64, ahead: bool) -> io::Result<Vec<(u64, Arc<[u8]>)>> {
+        let start = first * self.unit_size;
+        let end = last * self.unit_size + self.unit_len(last);
+        let bytes = {
+            let _permit = if ahead {
+                self.gate.for_read_ahead()
+            } else {
+                self.gate.for_reader()
+            };
+            self.fetch(start, end - start)?
         };
-        Counters::add(&self.counters.units_fetched, 1);
-        if let Some(disk) = &self.disk {
-            disk.put(&self.key(index), &bytes);
+        let mut units = Vec::new();
+        for index in first..=last {
+            let at = ((index - first) * self.unit_size) as usize;
+            let Some(unit) = bytes.get(at..at + self.unit_len(index) as usize) else {
+                break;
+            };
+            Counters::add(&self.counters.units_fetched, 1);
+            if let Some(disk) = &self.disk {
+                disk.put(&self.key(index), unit);
+            }
+            units.push((index, Arc::from(unit)));
         }
-        Ok(bytes)
+        Ok(units)
     }
 
     /// Bytes from the server; a changed object breaks the source for good.
@@ -208,36 +217,16 @@ impl Shared {
         let mut pinned = HashMap::new();
         let mut missing = Vec::new();
         for index in first..=last {
-            let cached = self.disk.as_ref().and_then(|disk| {
-                disk.get(&self.key(index))
-                    .filter(|b| b.len() as u64 == self.unit_len(index))
-            });
-            match cached {
+            match self.disk_unit(index) {
                 Some(bytes) => {
-                    Counters::add(&self.counters.disk_hits, 1);
-                    pinned.insert(index, Arc::<[u8]>::from(bytes));
+                    pinned.insert(index, bytes);
                 }
                 None => missing.push(index),
             }
         }
         if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
-            let fetch_start = from * self.unit_size;
-            let fetch_end = to * self.unit_size + self.unit_len(to);
-            let bytes = {
-                let _permit = self.gate.for_reader();
-                self.fetch(fetch_start, fetch_end - fetch_start)?
-            };
-            for index in from..=to {
-                let at = ((index - from) * self.unit_size) as usize;
-                let len = self.unit_len(index) as usize;
-                let Some(unit) = bytes.get(at..at + len) else {
-                    break;
-                };
-                Counters::add(&self.counters.units_fetched, 1);
-                if let Some(disk) = &self.disk {
-                    disk.put(&self.key(index), unit);
-                }
-                pinned.entry(index).or_insert_with(|| unit.into());
+            for (index, unit) in self.fetch_units(from, to, false)? {
+                pinned.entry(index).or_insert(unit);
             }
         }
         self.pinned

@@ -218,7 +218,14 @@ impl Drop for TraceOnDrop {
         for (start, len) in self.remote.trace() {
             text.push_str(&format!("@{start}+{len}\n"));
         }
-        if let Err(e) = std::fs::write(&self.path, text) {
+        // Written aside and renamed into place, so a reader (a script waiting for the file, a
+        // later mount's prefetch=) never sees a half-written trace.
+        let mut partial = self.path.clone().into_os_string();
+        partial.push(format!(".partial-{}", std::process::id()));
+        let written =
+            std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &self.path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&partial);
             tracing::warn!("{}: cannot write the trace: {e}", self.path.display());
         }
     }

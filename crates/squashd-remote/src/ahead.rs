@@ -132,19 +132,35 @@ impl Queue {
             return Err(());
         }
         let mut run: Vec<u64> = Vec::new();
-        while run.len() < max.max(1) {
-            let next = state.units.front().copied();
-            match (next, run.last()) {
-                (Some(unit), None) => run.push(unit),
-                (Some(unit), Some(&last)) if unit == last + 1 => run.push(unit),
-                _ => break,
+        while let Some(&unit) = state.units.front() {
+            if !state.queued.contains(&unit) {
+                // Claimed by a reader meanwhile.
+                state.units.pop_front();
+                continue;
+            }
+            if run.len() >= max.max(1) || run.last().is_some_and(|&last| unit != last + 1) {
+                break;
             }
             state.units.pop_front();
-            if let Some(&unit) = run.last() {
-                state.queued.remove(&unit);
-            }
+            state.queued.remove(&unit);
+            run.push(unit);
         }
         Ok(run)
+    }
+
+    /// Takes `first` and the units after it that are queued too (`max` at most, without a
+    /// gap) out of the queue, for a reader who needs `first` now: read-ahead has not come to
+    /// them yet. Empty if `first` is not queued.
+    pub fn claim(&self, first: u64, max: usize) -> Vec<u64> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut run = Vec::new();
+        let mut unit = first;
+        // The deque keeps claimed units until `pop_run` comes to them and skips them.
+        while run.len() < max && state.queued.remove(&unit) {
+            run.push(unit);
+            unit += 1;
+        }
+        run
     }
 
     /// The next unit to fetch, waiting up to `patience`; `None` on time-out, `Err` once closed.
@@ -234,6 +250,22 @@ mod tests {
         assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![5, 6, 7]));
         assert_eq!(queue.pop_run(2, Duration::ZERO), Ok(vec![9, 10]));
         assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![11, 12]));
+        assert_eq!(queue.pop_run(8, Duration::from_millis(1)), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_reader_claims_queued_units_and_read_ahead_skips_them() {
+        let queue = Queue::new();
+        queue.push([1, 2, 3, 4, 5, 7]);
+        assert_eq!(queue.claim(9, 4), Vec::<u64>::new(), "not queued");
+        assert_eq!(queue.claim(2, 2), vec![2, 3]);
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![1]));
+        assert_eq!(queue.claim(5, 4), vec![5], "6 is not queued");
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![4]));
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![7]));
+        // A claimed unit queued again is fetched once.
+        queue.push([3]);
+        assert_eq!(queue.pop_run(8, Duration::ZERO), Ok(vec![3]));
         assert_eq!(queue.pop_run(8, Duration::from_millis(1)), Ok(vec![]));
     }
 }

@@ -29,9 +29,11 @@ impl Fetcher {
         }
     }
 
-    /// The object's size and validator.
-    pub fn head(&self) -> Result<ObjectInfo, FetchError> {
-        self.with_retries(|| self.client.head(&self.endpoint))
+    /// The object's size and validator, and its first `len` bytes (see [`Client::open`]).
+    pub fn open(&self, len: u64) -> Result<(ObjectInfo, Vec<u8>), FetchError> {
+        let (info, bytes) = self.with_retries(|| self.client.open(&self.endpoint, len))?;
+        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+        Ok((info, bytes))
     }
 
     /// Bytes `start..start + len` of the object in `info`'s version.
@@ -40,6 +42,35 @@ impl Fetcher {
             self.with_retries(|| self.client.get_range(&self.endpoint, info, start, len))?;
         Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
         Ok(bytes)
+    }
+
+    /// Bytes `start..start + len` of the object in `info`'s version, handed to `on_chunk` as
+    /// `(position, bytes)` `chunk` bytes at a time as they arrive. A retry after a failure
+    /// mid-body asks only for what has not arrived.
+    pub fn get_chunks(
+        &self,
+        info: &ObjectInfo,
+        start: u64,
+        len: u64,
+        chunk: u64,
+        mut on_chunk: impl FnMut(u64, Vec<u8>),
+    ) -> Result<(), FetchError> {
+        let mut arrived = 0u64;
+        self.with_retries(|| {
+            self.client.get_chunks(
+                &self.endpoint,
+                info,
+                start + arrived,
+                len - arrived,
+                chunk,
+                &mut |bytes| {
+                    let n = bytes.len() as u64;
+                    Counters::add(&self.counters.bytes_fetched, n);
+                    on_chunk(start + arrived, bytes);
+                    arrived += n;
+                },
+            )
+        })
     }
 
     fn with_retries<T>(

@@ -1,12 +1,12 @@
-//! One HTTP exchange at a time: a HEAD for the object's size and validator, a ranged GET for
-//! its bytes, each answer checked against what was asked. No retrying here (see `fetch`): each
+//! One HTTP exchange at a time: a ranged GET of an object's first bytes for its size and
+//! validator, ranged GETs for its bytes, each answer checked against what was asked. No retrying here (see `fetch`): each
 //! failure says whether trying again could help.
 
 use crate::location::Location;
 use crate::s3::S3Object;
 use std::time::Duration;
 
-/// What a HEAD said of the object; the validator is pinned for the life of a mount.
+/// What the server said of the object when it was opened; the validator is pinned for the life of a mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
     /// Its size in bytes.
@@ -71,13 +71,6 @@ impl Endpoint {
         })
     }
 
-    fn head_url(&self) -> String {
-        match self {
-            Endpoint::Http(url) => url.clone(),
-            Endpoint::S3(object) => object.head_url(),
-        }
-    }
-
     fn get_url(&self) -> String {
         match self {
             Endpoint::Http(url) => url.clone(),
@@ -114,25 +107,49 @@ impl Client {
         }
     }
 
-    /// The object's size and validator.
-    pub fn head(&self, endpoint: &Endpoint) -> Result<ObjectInfo, FetchError> {
+    /// Opens the object: its size and validator, and its first `len` bytes (all of it if it is
+    /// smaller), from one ranged GET. A HEAD and then a GET of the superblock would cost a round
+    /// trip more, and opening an image is measured in round trips.
+    pub fn open(&self, endpoint: &Endpoint, len: u64) -> Result<(ObjectInfo, Vec<u8>), FetchError> {
+        let len = len.max(1);
         let response = self
             .agent
-            .head(&endpoint.head_url())
+            .get(&endpoint.get_url())
+            .header("range", &format!("bytes=0-{}", len - 1))
             .call()
             .map_err(transport)?;
-        check_status(response.status().as_u16(), "HEAD")?;
+        let status = response.status().as_u16();
+        if status == 416 {
+            return Err(FetchError::Permanent(
+                "the object is empty (HTTP 416 to a GET of its first bytes)".into(),
+            ));
+        }
+        check_ranged_status(status)?;
         let header = |name: &str| header(&response, name);
-        let size = header("content-length")
-            .and_then(|len| len.trim().parse::<u64>().ok())
-            .ok_or_else(|| {
-                FetchError::Permanent("the server gave no Content-Length for the image".into())
-            })?;
-        Ok(ObjectInfo {
+        let range = header("content-range");
+        let (size, got) = match range.as_deref().and_then(parse_content_range) {
+            Some((0, to, Some(total))) if to < total && to < len => (total, to + 1),
+            _ => {
+                return Err(FetchError::Permanent(format!(
+                    "the server answered bytes 0-{} with Content-Range {:?}",
+                    len - 1,
+                    range.unwrap_or_default()
+                )))
+            }
+        };
+        let info = ObjectInfo {
             size,
             etag: header("etag"),
             last_modified: header("last-modified"),
-        })
+        };
+        if got != len.min(size) {
+            return Err(FetchError::Permanent(format!(
+                "the server answered bytes 0-{} of a {size}-byte object with bytes 0-{}",
+                len - 1,
+                got - 1
+            )));
+        }
+        Ok((info, read_body(response, 0, got)?))
     }
 
     /// Bytes `start..start + len` of the object, which must still be `info`'s version.
@@ -146,6 +163,56 @@ impl Client {
         if len == 0 {
             return Ok(Vec::new());
         }
+        let response = self.send_ranged(endpoint, info, start, len)?;
+        read_body(response, start, len)
+    }
+
+    /// Bytes `start..start + len` of the object, which must still be `info`'s version, handed
+    /// to `on_chunk` `chunk` bytes at a time as they arrive (the last chunk may be shorter).
+    pub fn get_chunks(
+        &self,
+        endpoint: &Endpoint,
+        info: &ObjectInfo,
+        start: u64,
+        len: u64,
+        chunk: u64,
+        on_chunk: &mut dyn FnMut(Vec<u8>),
+    ) -> Result<(), FetchError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let response = self.send_ranged(endpoint, info, start, len)?;
+        let mut body = response
+            .into_body()
+            .into_with_config()
+            .limit(len + 1)
+            .reader();
+        let mut at = 0u64;
+        while at < len {
+            let take = chunk.max(1).min(len - at);
+            let mut bytes = vec![0u8; take as usize];
+            body.read_exact(&mut bytes).map_err(|e| {
+                FetchError::Transient(format!(
+                    "reading bytes {}-{}: {e}",
+                    start + at,
+                    start + at + take - 1
+                ))
+            })?;
+            at += take;
+            on_chunk(bytes);
+        }
+        Ok(())
+    }
+
+    /// Sends a GET of bytes `start..start + len` (`len` > 0) conditional on `info`'s version and
+    /// checks the answer's status and headers; the body is the caller's to read.
+    fn send_ranged(
+        &self,
+        endpoint: &Endpoint,
+        info: &ObjectInfo,
+        start: u64,
+        len: u64,
+    ) -> Result<ureq::http::Response<ureq::Body>, FetchError> {
         let end = start + len - 1;
         let mut request = self
             .agent
@@ -164,19 +231,7 @@ impl Client {
                 info.version()
             )));
         }
-        if status == 200 {
-            return Err(FetchError::Permanent(
-                "the server ignores HTTP range requests (it answered 200 to a ranged GET); \
-                 serve the image from a server that supports them"
-                    .into(),
-            ));
-        }
-        check_status(status, "GET")?;
-        if status != 206 {
-            return Err(FetchError::Permanent(format!(
-                "unexpected HTTP status {status} to a ranged GET"
-            )));
-        }
+        check_ranged_status(status)?;
         let header = |name: &str| header(&response, name);
         if let (Some(pinned), Some(now)) = (&info.etag, header("etag")) {
             if *pinned != now {
@@ -187,42 +242,69 @@ impl Client {
             .as_deref()
             .and_then(parse_content_range)
         {
-            Some((from, to, total)) if from == start && to == end && total == Some(info.size) => {}
+            Some((from, to, total)) if from == start && to == end && total == Some(info.size) => {
+                Ok(response)
+            }
             Some((_, _, total)) if total.is_some_and(|t| t != info.size) => {
-                return Err(FetchError::Changed(format!(
+                Err(FetchError::Changed(format!(
                     "its size was {} bytes and is now {}",
                     info.size,
                     total.unwrap_or_default()
                 )))
             }
-            _ => {
-                return Err(FetchError::Permanent(format!(
-                    "the server answered bytes {start}-{end} with Content-Range {:?}",
-                    header("content-range").unwrap_or_default()
-                )))
-            }
-        }
-        let want = usize::try_from(len)
-            .map_err(|_| FetchError::Permanent(format!("a {len}-byte range is too large")))?;
-        let mut body = Vec::with_capacity(want);
-        let read = response
-            .into_body()
-            .into_with_config()
-            .limit(len + 1)
-            .reader()
-            .take(len + 1)
-            .read_to_end(&mut body);
-        match read {
-            Ok(_) if body.len() == want => Ok(body),
-            Ok(_) => Err(FetchError::Transient(format!(
-                "the body of bytes {start}-{end} had {} bytes instead of {len}",
-                body.len()
-            ))),
-            Err(e) => Err(FetchError::Transient(format!(
-                "reading bytes {start}-{end}: {e}"
+            _ => Err(FetchError::Permanent(format!(
+                "the server answered bytes {start}-{end} with Content-Range {:?}",
+                header("content-range").unwrap_or_default()
             ))),
         }
     }
+}
+
+/// The body of a 206 answer to bytes `start..start + len`, which must be exactly that long.
+fn read_body(
+    response: ureq::http::Response<ureq::Body>,
+    start: u64,
+    len: u64,
+) -> Result<Vec<u8>, FetchError> {
+    let end = start + len - 1;
+    let want = usize::try_from(len)
+        .map_err(|_| FetchError::Permanent(format!("a {len}-byte range is too large")))?;
+    let mut body = Vec::with_capacity(want);
+    let read = response
+        .into_body()
+        .into_with_config()
+        .limit(len + 1)
+        .reader()
+        .take(len + 1)
+        .read_to_end(&mut body);
+    match read {
+        Ok(_) if body.len() == want => Ok(body),
+        Ok(_) => Err(FetchError::Transient(format!(
+            "the body of bytes {start}-{end} had {} bytes instead of {len}",
+            body.len()
+        ))),
+        Err(e) => Err(FetchError::Transient(format!(
+            "reading bytes {start}-{end}: {e}"
+        ))),
+    }
+}
+
+/// Refuses an answer to a ranged GET that is not 206 (a server ignoring ranges answers 200).
+fn check_ranged_status(status: u16) -> Result<(), FetchError> {
+    if status == 200 {
+        return Err(FetchError::Permanent(
+            "the server ignores HTTP range requests (it answered 200 to a ranged GET); \
+             serve the image from a server that supports them"
+                .into(),
+        ));
+    }
+    check_status(status, "GET")?;
+    if status != 206 {
+        return Err(FetchError::Permanent(format!(
+            "unexpected HTTP status {status} to a ranged GET"
+        )));
+    }
+    Ok(())
 }
 
 use std::io::Read as _;

@@ -13,6 +13,7 @@ pub mod disk_cache;
 mod fetch;
 mod gate;
 pub mod http;
+mod inflight;
 pub mod location;
 mod s3;
 mod source;

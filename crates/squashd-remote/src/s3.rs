@@ -60,14 +60,6 @@ impl S3Object {
         })
     }
 
-    /// A signed URL for a HEAD of the object.
-    pub fn head_url(&self) -> String {
-        self.bucket
-            .head_object(self.credentials.as_ref(), &self.key)
-            .sign(SIGNATURE_LIFETIME)
-            .to_string()
-    }
-
     /// A signed URL for a GET of the object (a Range header is not part of the signature).
     pub fn get_url(&self) -> String {
         self.bucket

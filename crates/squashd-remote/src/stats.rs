@@ -40,7 +40,7 @@ impl Counters {
 /// A snapshot of a remote image's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RemoteStats {
-    /// HTTP requests sent (HEAD and GET, retries included).
+    /// HTTP requests sent (retries included).
     pub requests: u64,
     /// Requests sent again after a transient failure.
     pub retries: u64,

@@ -9,6 +9,7 @@ use crate::disk_cache::DiskCache;
 use crate::fetch::Fetcher;
 use crate::gate::Gate;
 use crate::http::{Client, Endpoint, ObjectInfo};
+use crate::inflight::InFlight;
 use crate::location::Location;
 use crate::stats::{Counters, RemoteStats};
 use quick_cache::sync::{Cache, DefaultLifecycle};
@@ -111,6 +112,7 @@ struct Shared {
     gate: Gate,
     streams: Streams,
     queue: Arc<Queue>,
+    inflight: InFlight,
     workers: Workers,
     trace: Option<Mutex<Trace>>,
 }
@@ -157,7 +159,8 @@ impl Workers {
 }
 
 impl RemoteSource {
-    /// Opens the object at `location`: one HEAD for its size and validator, which is pinned.
+    /// Opens the object at `location`: one ranged GET of its first unit, which also gives its
+    /// size and its validator (pinned for the life of the source).
     pub fn open(location: &Location, options: &RemoteOptions) -> Result<RemoteSource, String> {
         let name = location.to_string();
         let endpoint = Endpoint::for_location(location).map_err(|e| format!("{name}: {e}"))?;
@@ -168,8 +171,12 @@ impl RemoteSource {
             options.retries,
             counters.clone(),
         );
-        let info = fetcher.head().map_err(|e| format!("{name}: {e}"))?;
         let unit_size = options.unit_size.clamp(4096, 64 << 20);
+        // The first unit comes with the size and validator: it holds the superblock (or a
+        // container's header), the next thing any opener reads.
+        let (info, first_unit) = fetcher
+            .open(unit_size)
+            .map_err(|e| format!("{name}: {e}"))?;
         let memory_bytes = options.memory_bytes.max(2 * unit_size);
         // The address as shown (no user, password or query: the identity is written in the
         // disk cache's entries), and the version: a new version never reads old units.
@@ -188,6 +195,7 @@ impl RemoteSource {
             gate: Gate::new(options.connections),
             streams: Streams::new(options.max_window_units),
             queue: Arc::new(Queue::new()),
+            inflight: InFlight::default(),
             workers: Workers {
                 me: me.clone(),
                 count: options.read_ahead_threads,
@@ -195,6 +203,7 @@ impl RemoteSource {
             },
             trace: options.record_trace.then(Mutex::default),
         });
+        shared.keep_fetched(0, &first_unit);
         Ok(RemoteSource { shared })
     }
 

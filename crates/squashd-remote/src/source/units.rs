@@ -90,7 +90,12 @@ impl Shared {
         let result = match self.memory.get_value_or_guard(&index, None) {
             GuardResult::Value(bytes) => Ok(bytes),
             GuardResult::Guard(guard) => {
-                let bytes = self.load(index)?;
+                // Read-ahead may have the unit on the way: its bytes come sooner than a request
+                // of our own would bring them.
+                let bytes = match self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+                    Some(bytes) => bytes,
+                    None => self.load_for_reader(index)?,
+                };
                 let _ = guard.insert(bytes.clone());
                 Ok(bytes)
             }
@@ -125,12 +130,55 @@ impl Shared {
                 + 1;
             let last = rest[stretch - 1];
             rest = &rest[stretch..];
-            for (index, unit) in self.fetch_units(first, last, true)? {
-                Counters::add(&self.counters.units_prefetched, 1);
-                self.offer(index, unit);
-            }
+            self.stream_run(first, last, None)?;
         }
         Ok(())
+    }
+
+    /// Fetches units `first..=last` in one request, each unit offered (and handed to the
+    /// readers waiting for it) as soon as its bytes are in, not at the end of the request.
+    /// For a reader (`want`: the unit it needs, which it holds the placeholder of), on a
+    /// reader's connection; else ahead of readers, on read-ahead's.
+    fn stream_run(
+        &self,
+        first: u64,
+        last: u64,
+        want: Option<u64>,
+    ) -> io::Result<Option<Arc<[u8]>>> {
+        let start = first * self.unit_size;
+        let end = last * self.unit_size + self.unit_len(last);
+        let _permit = match want {
+            Some(_) => self.gate.for_reader(),
+            None => self.gate.for_read_ahead(),
+        };
+        self.inflight.begin(first..=last);
+        let mut wanted = None;
+        let streamed = self.fetcher.get_chunks(
+            &self.info,
+            start,
+            end - start,
+            self.unit_size,
+            |pos, bytes| {
+                let index = pos / self.unit_size;
+                let unit: Arc<[u8]> = Arc::from(bytes);
+                if want == Some(index) {
+                    wanted = Some(unit.clone());
+                } else {
+                    self.offer(index, unit.clone());
+                }
+                self.inflight.finish(index, Some(unit.clone()));
+                if want.is_none() {
+                    Counters::add(&self.counters.units_prefetched, 1);
+                }
+                self.count_and_keep(index, &unit);
+            },
+        );
+        // Whatever did not arrive: its waiters fetch it themselves.
+        for index in first..=last {
+            self.inflight.finish(index, None);
+        }
+        streamed.map_err(|e| self.failed(e))?;
+        Ok(wanted)
     }
 
     /// Puts a unit fetched ahead into the memory tier, unless a reader got there first.
@@ -142,15 +190,30 @@ impl Shared {
         }
     }
 
-    /// Unit `index` from the disk cache, else from the server (then into the disk cache).
-    pub(super) fn load(&self, index: u64) -> io::Result<Arc<[u8]>> {
+    /// Unit `index` for a reader who missed it: from the disk cache, else from the server
+    /// (then into the disk cache). Units queued for read-ahead right after it come in the same
+    /// request: read-ahead has fallen behind this reader, and a unit a request would cost it
+    /// a round trip each.
+    fn load_for_reader(&self, index: u64) -> io::Result<Arc<[u8]>> {
         if let Some(bytes) = self.disk_unit(index) {
             return Ok(bytes);
         }
-        self.fetch_units(index, index, false)?
-            .pop()
-            .map(|(_, unit)| unit)
-            .ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
+        let claimed = self.queue.claim(index, READER_RUN_UNITS);
+        let mut last = index;
+        for (at, &unit) in claimed.iter().enumerate().skip(1) {
+            if let Some(bytes) = self.disk_unit(unit) {
+                self.offer(unit, bytes);
+                self.queue.push(claimed[at + 1..].iter().copied());
+                break;
+            }
+            last = unit;
+        }
+        let unit = if last > index {
+            self.stream_run(index, last, Some(index))?
+        } else {
+            self.fetch_units(index, index)?.pop().map(|(_, unit)| unit)
+        };
+        unit.ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
     }
 
     /// Unit `index` from the disk cache, if it holds it whole.
@@ -166,15 +229,11 @@ impl Shared {
 
     /// Units `first..=last` in one request, on a reader's connection or read-ahead's, each
     /// counted and kept in the disk cache.
-    fn fetch_units(&self, first: u64, last: u64, ahead: bool) -> io::Result<Vec<(u64, Arc<[u8]>)>> {
+    fn fetch_units(&self, first: u64, last: u64) -> io::Result<Vec<(u64, Arc<[u8]>)>> {
         let start = first * self.unit_size;
         let end = last * self.unit_size + self.unit_len(last);
         let bytes = {
-            let _permit = if ahead {
-                self.gate.for_read_ahead()
-            } else {
-                self.gate.for_reader()
-            };
+            let _permit = self.gate.for_reader();
             self.fetch(start, end - start)?
         };
         let mut units = Vec::new();
@@ -183,13 +242,26 @@ impl Shared {
             let Some(unit) = bytes.get(at..at + self.unit_len(index) as usize) else {
                 break;
             };
-            Counters::add(&self.counters.units_fetched, 1);
-            if let Some(disk) = &self.disk {
-                disk.put(&self.key(index), unit);
-            }
+            self.count_and_keep(index, unit);
             units.push((index, Arc::from(unit)));
         }
         Ok(units)
+    }
+
+    /// Counts unit `index` as fetched and keeps it in the disk cache.
+    fn count_and_keep(&self, index: u64, unit: &[u8]) {
+        Counters::add(&self.counters.units_fetched, 1);
+        if let Some(disk) = &self.disk {
+            disk.put(&self.key(index), unit);
+        }
+    }
+
+    /// Keeps unit `index`, fetched when the object was opened, in memory and on disk.
+    pub(super) fn keep_fetched(&self, index: u64, unit: &[u8]) {
+        if unit.len() as u64 == self.unit_len(index) {
+            self.count_and_keep(index, unit);
+            self.offer(index, Arc::from(unit));
+        }
     }
 
     /// Bytes from the server; a changed object breaks the source for good.
@@ -225,7 +297,7 @@ impl Shared {
             }
         }
         if let (Some(&from), Some(&to)) = (missing.first(), missing.last()) {
-            for (index, unit) in self.fetch_units(from, to, false)? {
+            for (index, unit) in self.fetch_units(from, to)? {
                 pinned.entry(index).or_insert(unit);
             }
         }
@@ -242,6 +314,13 @@ impl Drop for Shared {
         self.queue.close();
     }
 }
+
+/// How long a reader waits for a unit read-ahead has on the way before fetching it itself (the
+/// read-ahead request may be retrying a failure).
+const PATIENCE_FOR_READ_AHEAD: Duration = Duration::from_secs(5);
+
+/// Units a reader's request fetches at most (its own and those queued for read-ahead after it).
+const READER_RUN_UNITS: usize = 4;
 
 /// Units one read-ahead request fetches at most: a sequential reader's window comes in few
 /// large requests, so that a few threads keep a high bandwidth-delay product in flight.

@@ -3,7 +3,9 @@
 //! Layers, bottom up: [`source`] (positioned reads, no seek lock), [`format`](mod@format) (pure
 //! parsing of on-disk structures), [`compress`] (the six codecs, contexts pooled across threads),
 //! [`cache`] (byte-budgeted single-flight caches with counters), and [`Image`], the API the
-//! tools, the FUSE adapter and the daemon use.
+//! tools, the FUSE adapter and the daemon use. Beside them, [`prefetch`] decompresses ahead of
+//! sequential readers on a pool of [`workers`], for whatever serves reads (the FUSE mount, the
+//! kernel path's blob).
 //!
 //! ```no_run
 //! use squashd_core::{Image, OpenOptions};
@@ -27,7 +29,9 @@ pub mod container;
 mod error;
 pub mod format;
 mod image;
+pub mod prefetch;
 pub mod source;
+pub mod workers;
 
 pub use cache::CacheStats;
 

@@ -59,12 +59,10 @@ mod idle;
 mod listings;
 mod nodes;
 mod page_store;
-pub mod prefetch;
 mod probe;
 mod session;
 mod tree;
 mod unmount;
-mod workers;
 
 pub use config::MountConfig;
 pub use error::{FsError, FsResult};

@@ -4,7 +4,7 @@
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
 use squashd_core::{ChunkRead, FileReader, Image, InodeId};
-use squashd_fuse::prefetch::{Prefetcher, ReadState};
+use squashd_core::prefetch::{Prefetcher, ReadState};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The EROFS block size the blob is aligned to.

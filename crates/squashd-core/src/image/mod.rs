@@ -256,6 +256,14 @@ impl Image {
         self.inner.compressor_options.as_ref()
     }
 
+    /// Drops this image's blocks from the metadata cache (the shared cache keeps other images'):
+    /// after a walk that reads every inode and directory once and will not be repeated, as a
+    /// translation for the kernel path does, they would only hold memory. What is needed again
+    /// is read again.
+    pub fn forget_metadata(&self) {
+        self.inner.caches.metadata.forget_image(self.inner.cache_id);
+    }
+
     /// The caches this image uses (possibly shared with other images).
     pub fn caches(&self) -> &Arc<Caches> {
         &self.inner.caches

@@ -1,5 +1,5 @@
 //! A pool of background threads fed by a bounded queue, started on first use and stopped and
-//! joined when dropped: the shape shared by read-ahead ([`crate::prefetch`]) and the page store.
+//! joined when dropped: the shape shared by read-ahead ([`crate::prefetch`]) and the FUSE mount's page store.
 //!
 //! Started on first use: a daemon may fork after mounting, and threads started before the fork
 //! would not exist in the child. Stopped and joined on drop: a queued job may hold the image (or
@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 type Handler<J> = Arc<dyn Fn(J) + Send + Sync>;
 
 /// `threads` workers running `handler` on the jobs of a queue of `queue` places.
-pub(crate) struct Workers<J: Send + 'static> {
+pub struct Workers<J: Send + 'static> {
     /// What the workers are, for the log line when one cannot start.
     what: &'static str,
     /// Names worker `i`'s thread.
@@ -32,7 +32,7 @@ pub(crate) struct Workers<J: Send + 'static> {
 
 impl<J: Send + 'static> Workers<J> {
     /// A pool of `threads` threads (named by `thread_name`), doing `what`.
-    pub(crate) fn new(
+    pub fn new(
         what: &'static str,
         thread_name: fn(usize) -> String,
         threads: usize,
@@ -52,13 +52,13 @@ impl<J: Send + 'static> Workers<J> {
     }
 
     /// The queue, starting the workers the first time; `None` if none could be started.
-    pub(crate) fn queue(&self) -> Option<&Sender<J>> {
+    pub fn queue(&self) -> Option<&Sender<J>> {
         self.sender.get_or_init(|| self.start()).as_ref()
     }
 
     /// Queues `job` unless the queue is full (or the workers could not start); returns whether
     /// it was queued.
-    pub(crate) fn offer(&self, job: J) -> bool {
+    pub fn offer(&self, job: J) -> bool {
         match self.queue().map(|tx| tx.try_send(job)) {
             Some(Ok(())) => true,
             Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => false,

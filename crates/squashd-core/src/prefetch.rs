@@ -14,7 +14,7 @@
 //! gone, after `squashd detach` has already answered.
 
 use crate::workers::Workers;
-use squashd_core::FileReader;
+use crate::FileReader;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where a file's reading stands, for detecting sequential access.

@@ -10,9 +10,9 @@ use crate::answers::Opened;
 use crate::error::FsResult;
 use crate::handles::HandleTable;
 use crate::page_store::PageStore;
-use squashd_core::prefetch::{Prefetcher, ReadState};
 use crate::tree::ServedTree;
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, Notifier, OpenAccMode, OpenFlags};
+use squashd_core::prefetch::{Prefetcher, ReadState};
 use squashd_core::{Chunk, FileReader};
 use std::sync::{Arc, OnceLock};
 

@@ -6,8 +6,8 @@
 //! and the kernel holds those locks while a read of them is in flight: if request threads did
 //! the stores, all of them could end up waiting for reads that only they can answer.
 
-use squashd_core::workers::Workers;
 use fuser::{INodeNo, Notifier};
+use squashd_core::workers::Workers;
 use squashd_core::Chunk;
 use std::sync::{Arc, OnceLock};
 

@@ -3,8 +3,8 @@
 //! reads of the blob become reads of the files through the image's caches. Nothing is stored:
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
-use squashd_core::{ChunkRead, FileReader, Image, InodeId};
 use squashd_core::prefetch::{Prefetcher, ReadState};
+use squashd_core::{ChunkRead, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The EROFS block size the blob is aligned to.

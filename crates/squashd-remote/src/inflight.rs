@@ -1,6 +1,6 @@
-//! Units that read-ahead is fetching right now, so that a reader who misses one waits for its
-//! bytes (they are already on the way, in a request that started earlier) instead of fetching
-//! the same unit a second time.
+//! Units a request is fetching right now (read-ahead's, or a reader's), so that a reader who
+//! misses one waits for its bytes (they are already on the way) and read-ahead leaves it alone,
+//! instead of fetching the same unit a second time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -29,6 +29,35 @@ impl InFlight {
         for unit in units {
             slots.entry(unit).or_default();
         }
+    }
+
+    /// Marks as on their way the units of `units` from the first on, up to (not including) the
+    /// first that is on its way already or that `held` says is held: the stretch a request may
+    /// fetch without fetching anything twice. Returns its last unit; `None` if the first is
+    /// taken. Checked and marked at once, so two requests never both take a unit.
+    pub fn begin_stretch(
+        &self,
+        units: std::ops::RangeInclusive<u64>,
+        held: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = None;
+        for unit in units {
+            if slots.contains_key(&unit) || held(unit) {
+                break;
+            }
+            slots.insert(unit, Arc::default());
+            last = Some(unit);
+        }
+        last
+    }
+
+    /// Whether a request has unit `unit` on the way.
+    pub fn contains(&self, unit: u64) -> bool {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&unit)
     }
 
     /// Unit `unit` arrived (`Some`), or will not come from this request (`None`): its waiters
@@ -91,6 +120,20 @@ mod tests {
         // A failed request lets its waiters go, empty-handed.
         inflight.finish(3, None);
         assert!(inflight.wait(3, Duration::from_secs(10)).is_none());
+    }
+
+    #[test]
+    fn a_stretch_ends_at_the_first_unit_taken() {
+        let inflight = InFlight::default();
+        inflight.begin([5]);
+        assert_eq!(inflight.begin_stretch(2..=8, |u| u == 4), Some(3));
+        assert!(inflight.contains(2) && inflight.contains(3));
+        assert_eq!(
+            inflight.begin_stretch(3..=8, |_| false),
+            None,
+            "3 is taken now"
+        );
+        assert_eq!(inflight.begin_stretch(6..=8, |_| false), Some(8));
     }
 
     #[test]

@@ -553,3 +553,53 @@ fn a_warm_disk_cache_answers_a_later_run_and_stays_in_its_budget() {
         "{used} bytes on disk for a 2 MiB budget"
     );
 }
+
+#[test]
+fn a_sequential_reader_over_a_slow_link_has_each_unit_fetched_once() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let (dir, image, big, server) = served_data_image();
+    let image_len = fs::metadata(&image).unwrap().len();
+    // Each answer waits 20 ms: the reader keeps catching up with read-ahead, whose units are
+    // then on the way (it waits for them) or still queued (it takes them over).
+    server.set_delay(Duration::from_millis(20));
+    let mnt = dir.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let out = squashd(&[
+        "mount",
+        &server.url(),
+        mnt.to_str().unwrap(),
+        "-o",
+        "fuse,fetch_unit=64KiB",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _guard = MountGuard(mnt.clone());
+    let mut file = fs::File::open(mnt.join("big")).unwrap();
+    let mut read = Vec::new();
+    let mut chunk = vec![0u8; 128 << 10];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut chunk).unwrap();
+        if n == 0 {
+            break;
+        }
+        read.extend_from_slice(&chunk[..n]);
+    }
+    assert!(read == big, "the file's bytes");
+    let ranges = server.stats().ranges;
+    let unit = 64u64 << 10;
+    let mut times: std::collections::BTreeMap<u64, u32> = std::collections::BTreeMap::new();
+    for r in &ranges {
+        for u in r.start / unit..r.end.div_ceil(unit) {
+            *times.entry(u).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = times.iter().filter(|(_, &n)| n > 1).collect();
+    let fetched: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    assert!(
+        twice.is_empty(),
+        "units fetched more than once (unit: times): {twice:?}; {fetched} bytes fetched for a \
+         {image_len}-byte image in {} requests",
+        ranges.len()
+    );
+}

@@ -32,8 +32,9 @@ pub struct RemoteOptions {
     pub retries: u32,
     /// Threads fetching ahead of readers. Default 2; 0 turns read-ahead off.
     pub read_ahead_threads: usize,
-    /// Largest read-ahead window of a sequential reader, in units. Default 32.
-    pub max_window_units: u64,
+    /// Largest read-ahead window of a sequential reader, in bytes (whole units, two at least).
+    /// Default 32 MiB: at 20 ms of round trip, enough in flight for more than 1 GB/s.
+    pub max_window_bytes: u64,
     /// The disk cache shared by the process's remote images, if any.
     pub disk_cache: Option<Arc<DiskCache>>,
     /// Whether to record which units readers ask for, in order (see [`RemoteSource::trace`]).
@@ -48,11 +49,18 @@ impl Default for RemoteOptions {
             connections: 8,
             retries: 4,
             read_ahead_threads: 2,
-            max_window_units: 32,
+            max_window_bytes: 32 << 20,
             disk_cache: None,
             record_trace: false,
         }
     }
+}
+
+/// How many `unit_size` units make `bytes` (one at least).
+fn units_in(bytes: u64, unit_size: u64) -> usize {
+    usize::try_from(bytes / unit_size.max(1))
+        .unwrap_or(usize::MAX)
+        .max(1)
 }
 
 /// The metadata region is pinned in memory only up to this size; past it, it is read like data.
@@ -132,6 +140,8 @@ const MAX_TRACED: usize = 1 << 20;
 struct Workers {
     me: Weak<Shared>,
     count: usize,
+    /// Units one request of theirs fetches at most.
+    run_units: usize,
     started_in: Mutex<Option<u32>>,
 }
 
@@ -147,10 +157,10 @@ impl Workers {
         }
         *started_in = Some(pid);
         for _ in 0..self.count {
-            let (me, queue) = (self.me.clone(), queue.clone());
+            let (me, queue, run_units) = (self.me.clone(), queue.clone(), self.run_units);
             let spawned = std::thread::Builder::new()
                 .name("squashd-fetch-ahead".into())
-                .spawn(move || units::read_ahead_worker(&me, &queue));
+                .spawn(move || units::read_ahead_worker(&me, &queue, run_units));
             if let Err(e) = spawned {
                 tracing::warn!("cannot start a read-ahead thread: {e}");
             }
@@ -193,12 +203,13 @@ impl RemoteSource {
             counters,
             broken: Mutex::new(None),
             gate: Gate::new(options.connections),
-            streams: Streams::new(options.max_window_units),
+            streams: Streams::new((options.max_window_bytes / unit_size).max(2)),
             queue: Arc::new(Queue::new()),
             inflight: InFlight::default(),
             workers: Workers {
                 me: me.clone(),
                 count: options.read_ahead_threads,
+                run_units: units_in(units::MAX_RUN_BYTES, unit_size),
                 started_in: Mutex::new(None),
             },
             trace: options.record_trace.then(Mutex::default),

@@ -42,8 +42,10 @@ impl Shared {
         }
     }
 
+    /// Whether unit `index` is held in memory or on its way there.
     pub(super) fn has(&self, index: u64) -> bool {
         self.memory.peek(&index).is_some()
+            || self.inflight.contains(index)
             || self
                 .pinned
                 .read()
@@ -87,19 +89,21 @@ impl Shared {
             return Ok(bytes);
         }
         let started = Instant::now();
-        let result = match self.memory.get_value_or_guard(&index, None) {
-            GuardResult::Value(bytes) => Ok(bytes),
-            GuardResult::Guard(guard) => {
-                // Read-ahead may have the unit on the way: its bytes come sooner than a request
-                // of our own would bring them.
-                let bytes = match self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
-                    Some(bytes) => bytes,
-                    None => self.load_for_reader(index)?,
-                };
-                let _ = guard.insert(bytes.clone());
-                Ok(bytes)
-            }
-            GuardResult::Timeout => Err(io::Error::other("unreachable: no time-out was set")),
+        // Read-ahead may have the unit on the way: its bytes come sooner than a request of our
+        // own would bring them. Looked for before taking the placeholder: read-ahead offers a
+        // unit to memory before it lets go of it here, so a unit not found in flight now is
+        // either in memory by now or was not yet asked for.
+        let result = match self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+            Some(bytes) => Ok(bytes),
+            None => match self.memory.get_value_or_guard(&index, None) {
+                GuardResult::Value(bytes) => Ok(bytes),
+                GuardResult::Guard(guard) => {
+                    let bytes = self.load_for_reader(index)?;
+                    let _ = guard.insert(bytes.clone());
+                    Ok(bytes)
+                }
+                GuardResult::Timeout => Err(io::Error::other("unreachable: no time-out was set")),
+            },
         };
         Counters::add(&self.counters.wait_ns, started.elapsed().as_nanos() as u64);
         result
@@ -145,13 +149,32 @@ impl Shared {
         last: u64,
         want: Option<u64>,
     ) -> io::Result<Option<Arc<[u8]>>> {
-        let start = first * self.unit_size;
-        let end = last * self.unit_size + self.unit_len(last);
         let _permit = match want {
             Some(_) => self.gate.for_reader(),
             None => self.gate.for_read_ahead(),
         };
-        self.inflight.begin(first..=last);
+        let last = match want {
+            Some(_) => {
+                self.inflight.begin(first..=last);
+                last
+            }
+            // A reader may have fetched or started to fetch some of these units since they were
+            // queued: read-ahead takes the stretch before the first of them, and queues again
+            // what follows it.
+            None => {
+                let asked = last;
+                let held = |unit| self.memory.peek(&unit).is_some();
+                let Some(last) = self.inflight.begin_stretch(first..=asked, held) else {
+                    return Ok(None);
+                };
+                if last < asked {
+                    self.queue_units(last + 1..asked + 1);
+                }
+                last
+            }
+        };
+        let start = first * self.unit_size;
+        let end = last * self.unit_size + self.unit_len(last);
         let mut wanted = None;
         let streamed = self.fetcher.get_chunks(
             &self.info,
@@ -198,11 +221,18 @@ impl Shared {
         if let Some(bytes) = self.disk_unit(index) {
             return Ok(bytes);
         }
-        let claimed = self.queue.claim(index, READER_RUN_UNITS);
+        let claimed = self
+            .queue
+            .claim(index, super::units_in(READER_RUN_BYTES, self.unit_size));
         let mut last = index;
         for (at, &unit) in claimed.iter().enumerate().skip(1) {
-            if let Some(bytes) = self.disk_unit(unit) {
-                self.offer(unit, bytes);
+            // A unit held already ends the run (one on disk is brought into memory on the way).
+            let held = self.has(unit)
+                || self
+                    .disk_unit(unit)
+                    .map(|bytes| self.offer(unit, bytes))
+                    .is_some();
+            if held {
                 self.queue.push(claimed[at + 1..].iter().copied());
                 break;
             }
@@ -211,7 +241,17 @@ impl Shared {
         let unit = if last > index {
             self.stream_run(index, last, Some(index))?
         } else {
-            self.fetch_units(index, index)?.pop().map(|(_, unit)| unit)
+            // On its way, for read-ahead to leave alone and other readers to wait for.
+            self.inflight.begin([index]);
+            let fetched = self.fetch_units(index, index);
+            let unit = fetched
+                .as_ref()
+                .ok()
+                .and_then(|units| units.last())
+                .map(|(_, unit)| unit.clone());
+            self.inflight.finish(index, unit.clone());
+            fetched?;
+            unit
         };
         unit.ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
     }
@@ -319,17 +359,17 @@ impl Drop for Shared {
 /// read-ahead request may be retrying a failure).
 const PATIENCE_FOR_READ_AHEAD: Duration = Duration::from_secs(5);
 
-/// Units a reader's request fetches at most (its own and those queued for read-ahead after it).
-const READER_RUN_UNITS: usize = 4;
+/// Bytes a reader's request fetches at most (its unit and those queued for read-ahead after it).
+const READER_RUN_BYTES: u64 = 4 << 20;
 
-/// Units one read-ahead request fetches at most: a sequential reader's window comes in few
+/// Bytes one read-ahead request fetches at most: a sequential reader's window comes in few
 /// large requests, so that a few threads keep a high bandwidth-delay product in flight.
-const MAX_RUN_UNITS: usize = 8;
+pub(super) const MAX_RUN_BYTES: u64 = 8 << 20;
 
 /// Fetches queued units while the source lives; holds it only for one run at a time, so a
 /// dropped source ends its workers.
-pub(super) fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue) {
-    while let Ok(run) = queue.pop_run(MAX_RUN_UNITS, Duration::from_secs(1)) {
+pub(super) fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue, run_units: usize) {
+    while let Ok(run) = queue.pop_run(run_units, Duration::from_secs(1)) {
         if run.is_empty() {
             continue;
         }

@@ -36,6 +36,14 @@ impl Fetcher {
         Ok((info, bytes))
     }
 
+    /// The object's last `len` bytes, asked for once (no retry: see [`Client::get_tail`]).
+    pub fn tail(&self, len: u64) -> Result<(u64, ObjectInfo, Vec<u8>), FetchError> {
+        Counters::add(&self.counters.requests, 1);
+        let (start, info, bytes) = self.client.get_tail(&self.endpoint, len)?;
+        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+        Ok((start, info, bytes))
+    }
+
     /// Bytes `start..start + len` of the object in `info`'s version.
     pub fn get(&self, info: &ObjectInfo, start: u64, len: u64) -> Result<Vec<u8>, FetchError> {
         let bytes =

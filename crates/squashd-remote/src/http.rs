@@ -152,6 +152,42 @@ impl Client {
         Ok((info, read_body(response, 0, got)?))
     }
 
+    /// The object's last `len` bytes (all of it if it is smaller), with its size and validator:
+    /// `(position of the first byte, what the server said of the object, the bytes)`.
+    pub fn get_tail(
+        &self,
+        endpoint: &Endpoint,
+        len: u64,
+    ) -> Result<(u64, ObjectInfo, Vec<u8>), FetchError> {
+        let len = len.max(1);
+        let response = self
+            .agent
+            .get(&endpoint.get_url())
+            .header("range", &format!("bytes=-{len}"))
+            .call()
+            .map_err(transport)?;
+        check_ranged_status(response.status().as_u16())?;
+        let header = |name: &str| header(&response, name);
+        let range = header("content-range");
+        let (from, size) = match range.as_deref().and_then(parse_content_range) {
+            Some((from, to, Some(total))) if to + 1 == total && from <= to && to - from < len => {
+                (from, total)
+            }
+            _ => {
+                return Err(FetchError::Permanent(format!(
+                    "the server answered the last {len} bytes with Content-Range {:?}",
+                    range.unwrap_or_default()
+                )))
+            }
+        };
+        let info = ObjectInfo {
+            size,
+            etag: header("etag"),
+            last_modified: header("last-modified"),
+        };
+        Ok((from, info, read_body(response, from, size - from)?))
+    }
+
     /// Bytes `start..start + len` of the object, which must still be `info`'s version.
     pub fn get_range(
         &self,

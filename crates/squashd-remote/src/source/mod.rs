@@ -39,6 +39,9 @@ pub struct RemoteOptions {
     pub disk_cache: Option<Arc<DiskCache>>,
     /// Whether to record which units readers ask for, in order (see [`RemoteSource::trace`]).
     pub record_trace: bool,
+    /// Bytes of the object's end asked for when opening it, beside its first unit, where there
+    /// is no disk cache (0: none). Default 8 MiB, the metadata of a 2 GB /usr image.
+    pub open_tail_bytes: u64,
 }
 
 impl Default for RemoteOptions {
@@ -52,6 +55,7 @@ impl Default for RemoteOptions {
             max_window_bytes: 32 << 20,
             disk_cache: None,
             record_trace: false,
+            open_tail_bytes: 8 << 20,
         }
     }
 }
@@ -184,9 +188,18 @@ impl RemoteSource {
         let unit_size = options.unit_size.clamp(4096, 64 << 20);
         // The first unit comes with the size and validator: it holds the superblock (or a
         // container's header), the next thing any opener reads.
-        let (info, first_unit) = fetcher
-            .open(unit_size)
-            .map_err(|e| format!("{name}: {e}"))?;
+        //
+        // Without a disk cache, the object's tail is asked for at the same time, on a second
+        // connection: SquashFS keeps its metadata at the end, so the pin that follows usually
+        // finds it there, a round trip sooner. With one, the metadata of an image seen before
+        // comes from disk, and the tail would be fetched for nothing.
+        let speculate = options.disk_cache.is_none() && options.open_tail_bytes > 0;
+        let (first, tail) = std::thread::scope(|s| {
+            let tail = speculate.then(|| s.spawn(|| fetcher.tail(options.open_tail_bytes)));
+            let first = fetcher.open(unit_size);
+            (first, tail.and_then(|t| t.join().ok()))
+        });
+        let (info, first_unit) = first.map_err(|e| format!("{name}: {e}"))?;
         let memory_bytes = options.memory_bytes.max(2 * unit_size);
         // The address as shown (no user, password or query: the identity is written in the
         // disk cache's entries), and the version: a new version never reads old units.
@@ -215,6 +228,14 @@ impl RemoteSource {
             trace: options.record_trace.then(Mutex::default),
         });
         shared.keep_fetched(0, &first_unit);
+        match tail {
+            Some(Ok((start, tail_info, bytes))) if tail_info == shared.info => {
+                shared.keep_tail(start, &bytes)
+            }
+            Some(Ok(_)) => tracing::debug!("{}: the object changed between two GETs", shared.name),
+            Some(Err(e)) => tracing::debug!("{}: the tail was not fetched: {e}", shared.name),
+            None => {}
+        }
         Ok(RemoteSource { shared })
     }
 

@@ -241,8 +241,14 @@ impl Shared {
         let unit = if last > index {
             self.stream_run(index, last, Some(index))?
         } else {
-            // On its way, for read-ahead to leave alone and other readers to wait for.
-            self.inflight.begin([index]);
+            // On its way, for read-ahead to leave alone and other readers to wait for; unless
+            // read-ahead took it since we looked, and then its bytes are what we wait for.
+            if self.inflight.begin_stretch(index..=index, |_| false).is_none() {
+                if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+                    return Ok(bytes);
+                }
+                self.inflight.begin([index]);
+            }
             let fetched = self.fetch_units(index, index);
             let unit = fetched
                 .as_ref()
@@ -296,6 +302,22 @@ impl Shared {
         }
     }
 
+    /// Keeps the whole units among `bytes`, the object's end from `start` on, fetched when it
+    /// was opened.
+    pub(super) fn keep_tail(&self, start: u64, bytes: &[u8]) {
+        let mut index = start.div_ceil(self.unit_size);
+        while let Some(unit) = usize::try_from(index * self.unit_size - start)
+            .ok()
+            .and_then(|at| bytes.get(at..at + self.unit_len(index) as usize))
+            .filter(|unit| !unit.is_empty())
+        {
+            if !self.has(index) {
+                self.keep_fetched(index, unit);
+            }
+            index += 1;
+        }
+    }
+
     /// Keeps unit `index`, fetched when the object was opened, in memory and on disk.
     pub(super) fn keep_fetched(&self, index: u64, unit: &[u8]) {
         if unit.len() as u64 == self.unit_len(index) {
@@ -329,7 +351,7 @@ impl Shared {
         let mut pinned = HashMap::new();
         let mut missing = Vec::new();
         for index in first..=last {
-            match self.disk_unit(index) {
+            match self.memory.get(&index).or_else(|| self.disk_unit(index)) {
                 Some(bytes) => {
                     pinned.insert(index, bytes);
                 }

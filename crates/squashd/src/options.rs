@@ -309,6 +309,22 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
+        name: "open_tail",
+        root_only: None,
+        value: Value::Size,
+        default: DefaultValue::Value("8MiB"),
+        help: "a remote image without a disk cache: bytes of its end fetched when it is opened, \
+               beside its start (its metadata is there: a round trip less; 0 turns it off, \
+               64MiB at most)",
+        apply: |o, a| {
+            if a.number() > 64 << 20 {
+                return Err("must be 64MiB or less".into());
+            }
+            o.remote.open_tail = a.number();
+            Ok(())
+        },
+    },
+    OptionSpec {
         name: "connections",
         root_only: Some("connections are the daemon's to set"),
         value: Value::Number,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// How remote images are fetched and cached (mount options `disk_cache=`, `disk_cache_size=`,
-/// `fetch_unit=`, `connections=`; the daemon's config).
+/// `fetch_unit=`, `open_tail=`, `connections=`; the daemon's config).
 #[derive(Debug, Clone)]
 pub(crate) struct RemoteSettings {
     /// The disk cache's directory; none keeps fetched units in memory only.
@@ -21,6 +21,8 @@ pub(crate) struct RemoteSettings {
     pub(crate) disk_cache_bytes: u64,
     /// Bytes per fetch unit.
     pub(crate) fetch_unit: u64,
+    /// Bytes of the object's end fetched at open, without a disk cache (`open_tail=`).
+    pub(crate) open_tail: u64,
     /// Connections per image at most.
     pub(crate) connections: usize,
     /// Where to write the byte ranges readers asked for when the mount ends (`trace=`).
@@ -36,6 +38,7 @@ impl Default for RemoteSettings {
             disk_cache_dir: None,
             disk_cache_bytes: 4 << 30,
             fetch_unit: defaults.unit_size,
+            open_tail: defaults.open_tail_bytes,
             connections: defaults.connections,
             trace: None,
             prefetch: None,
@@ -92,6 +95,7 @@ pub(crate) fn open(
             .map(|dir| shared_disk_cache(dir, settings.disk_cache_bytes))
             .transpose()?,
         record_trace: settings.trace.is_some(),
+        open_tail_bytes: settings.open_tail,
         ..RemoteOptions::default()
     };
     let remote = RemoteSource::open(&location, &options).map_err(|e| anyhow::anyhow!(e))?;

@@ -614,3 +614,59 @@ fn a_sequential_reader_over_a_slow_link_has_each_unit_fetched_once() {
         ranges.len()
     );
 }
+
+#[test]
+fn an_open_fetches_the_images_tail_beside_its_start_unless_told_not_to() {
+    if !testkit::have_squashfs_tools() {
+        return;
+    }
+    let (dir, image, _big, server) = served_data_image();
+    let image_len = fs::metadata(&image).unwrap().len();
+    let url = server.url();
+    let ls = |extra: &[&str]| {
+        server.reset_stats();
+        let mut args = vec!["ls", url.as_str(), "/d"];
+        args.extend_from_slice(extra);
+        let out = squashd(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 20);
+        server.stats().ranges
+    };
+    // The first unit and the last 8 MiB at once; the metadata is in that tail: nothing more.
+    let tail = image_len - (8 << 20)..image_len;
+    let ranges = ls(&[]);
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert!(
+        ranges.contains(&(0..1 << 20)) && ranges.contains(&tail),
+        "{ranges:?}"
+    );
+    // With a disk cache, no tail: the first unit, then the metadata region alone.
+    let cache = dir.path().join("cache");
+    let ranges = ls(&["--disk-cache", cache.to_str().unwrap()]);
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert_eq!(ranges[0], 0..1 << 20);
+    assert!(
+        ranges[1].end == image_len && ranges[1].start > tail.start,
+        "{ranges:?}"
+    );
+    // open_tail=0 on a mount: no tail either.
+    if !testkit::can_mount() {
+        return;
+    }
+    let mnt = dir.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    server.reset_stats();
+    let out = squashd(&[
+        "mount",
+        &url,
+        mnt.to_str().unwrap(),
+        "-o",
+        "fuse,open_tail=0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _guard = MountGuard(mnt.clone());
+    assert_eq!(fs::read_dir(mnt.join("d")).unwrap().count(), 20);
+    let ranges = server.stats().ranges;
+    assert!(!ranges.contains(&tail), "{ranges:?}");
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+}

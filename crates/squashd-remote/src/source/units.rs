@@ -243,7 +243,11 @@ impl Shared {
         } else {
             // On its way, for read-ahead to leave alone and other readers to wait for; unless
             // read-ahead took it since we looked, and then its bytes are what we wait for.
-            if self.inflight.begin_stretch(index..=index, |_| false).is_none() {
+            if self
+                .inflight
+                .begin_stretch(index..=index, |_| false)
+                .is_none()
+            {
                 if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
                     return Ok(bytes);
                 }

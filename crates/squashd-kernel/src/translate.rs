@@ -104,6 +104,7 @@ pub fn translate(
     // (the kernel serves them from the EROFS image): their blocks would hold memory, as much as
     // the metadata image itself (10.9 MiB on usr), through the write and for the mount's life.
     image.forget_metadata();
+    release_freed_memory();
     let tree = tree.expect("run sets the tree");
     let blob_blocks = u32::try_from(layout.blocks()).map_err(|_| TranslateError::BlobTooLarge {
         image: image.name().to_string(),
@@ -131,6 +132,18 @@ pub fn translate(
         layout,
         nodes,
     })
+}
+
+/// Gives the pages of freed heap memory back to the system. The metadata blocks just forgotten
+/// are small allocations in the middle of the heap, which the writer's large buffers (mapped on
+/// their own) cannot reuse: without this they stay resident through the write, the peak of a
+/// translation.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own heap and has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 struct Walk<'a> {

@@ -109,11 +109,11 @@ impl Shared {
         result
     }
 
-    /// Fetches the consecutive units `run` ahead of readers: those not held already, from the
-    /// disk cache where it has them, the rest in one request per stretch without a gap. No
-    /// placeholder is held during the request (a reader that misses one of these units
-    /// meanwhile fetches it itself rather than wait behind read-ahead); each unit is offered to
-    /// the memory tier only if no reader has loaded it or is loading it.
+    /// Fetches the consecutive units `run` ahead of readers: those not held or on their way
+    /// already, from the disk cache where it has them, the rest in one request per stretch
+    /// without a gap. No placeholder is held during the request: a reader that misses one of
+    /// these units waits for it as it is on its way (see `inflight`), and each unit is offered
+    /// to the memory tier only if no reader has loaded it or is loading it.
     pub(super) fn load_ahead(&self, run: &[u64]) -> io::Result<()> {
         let mut missing = Vec::new();
         for &index in run {
@@ -215,11 +215,23 @@ impl Shared {
 
     /// Unit `index` for a reader who missed it: from the disk cache, else from the server
     /// (then into the disk cache). Units queued for read-ahead right after it come in the same
-    /// request: read-ahead has fallen behind this reader, and a unit a request would cost it
+    /// request: read-ahead has fallen behind this reader, and a request per unit would cost it
     /// a round trip each.
     fn load_for_reader(&self, index: u64) -> io::Result<Arc<[u8]>> {
         if let Some(bytes) = self.disk_unit(index) {
             return Ok(bytes);
+        }
+        // On its way from now on, for read-ahead to leave alone and other readers to wait for;
+        // unless read-ahead took it since we looked: then its bytes are what we wait for.
+        if self
+            .inflight
+            .begin_stretch(index..=index, |_| false)
+            .is_none()
+        {
+            if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+                return Ok(bytes);
+            }
+            self.inflight.begin([index]);
         }
         let claimed = self
             .queue
@@ -238,32 +250,8 @@ impl Shared {
             }
             last = unit;
         }
-        let unit = if last > index {
-            self.stream_run(index, last, Some(index))?
-        } else {
-            // On its way, for read-ahead to leave alone and other readers to wait for; unless
-            // read-ahead took it since we looked, and then its bytes are what we wait for.
-            if self
-                .inflight
-                .begin_stretch(index..=index, |_| false)
-                .is_none()
-            {
-                if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
-                    return Ok(bytes);
-                }
-                self.inflight.begin([index]);
-            }
-            let fetched = self.fetch_units(index, index);
-            let unit = fetched
-                .as_ref()
-                .ok()
-                .and_then(|units| units.last())
-                .map(|(_, unit)| unit.clone());
-            self.inflight.finish(index, unit.clone());
-            fetched?;
-            unit
-        };
-        unit.ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
+        self.stream_run(index, last, Some(index))?
+            .ok_or_else(|| io::Error::other(format!("{}: unit {index} came back empty", self.name)))
     }
 
     /// Unit `index` from the disk cache, if it holds it whole.
@@ -277,7 +265,7 @@ impl Shared {
         Some(bytes.into())
     }
 
-    /// Units `first..=last` in one request, on a reader's connection or read-ahead's, each
+    /// Units `first..=last` in one request on a reader's connection (the metadata pin), each
     /// counted and kept in the disk cache.
     fn fetch_units(&self, first: u64, last: u64) -> io::Result<Vec<(u64, Arc<[u8]>)>> {
         let start = first * self.unit_size;

@@ -16,7 +16,8 @@ use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 /// How a remote image is fetched and cached.
 #[derive(Debug, Clone)]
@@ -58,6 +59,31 @@ impl Default for RemoteOptions {
             open_tail_bytes: 8 << 20,
         }
     }
+}
+
+/// An object's end as fetched: where it starts, what the server said of the object, the bytes.
+type Tail = (u64, ObjectInfo, Vec<u8>);
+
+/// The last `len` bytes of the object at `location`, asked for on a connection of their own by a
+/// thread of their own: the answer comes on the channel (or never, if it is not needed by then).
+fn ask_for_tail(
+    location: &Location,
+    len: u64,
+    counters: &Arc<Counters>,
+) -> mpsc::Receiver<Result<Tail, crate::http::FetchError>> {
+    let (answer, answered) = mpsc::sync_channel(1);
+    if let Ok(endpoint) = Endpoint::for_location(location) {
+        let fetcher = Fetcher::new(Client::new(1), endpoint, 0, counters.clone());
+        let spawned = std::thread::Builder::new()
+            .name("squashd-open-tail".into())
+            .spawn(move || {
+                let _ = answer.send(fetcher.tail(len));
+            });
+        if let Err(e) = spawned {
+            tracing::debug!("cannot start the thread asking for the tail: {e}");
+        }
+    }
+    answered
 }
 
 /// How many `unit_size` units make `bytes` (one at least).
@@ -193,13 +219,16 @@ impl RemoteSource {
         // connection: SquashFS keeps its metadata at the end, so the pin that follows usually
         // finds it there, a round trip sooner. With one, the metadata of an image seen before
         // comes from disk, and the tail would be fetched for nothing.
-        let speculate = options.disk_cache.is_none() && options.open_tail_bytes > 0;
-        let (first, tail) = std::thread::scope(|s| {
-            let tail = speculate.then(|| s.spawn(|| fetcher.tail(options.open_tail_bytes)));
-            let first = fetcher.open(unit_size);
-            (first, tail.and_then(|t| t.join().ok()))
-        });
-        let (info, first_unit) = first.map_err(|e| format!("{name}: {e}"))?;
+        let tail = (options.disk_cache.is_none() && options.open_tail_bytes > 0)
+            .then(|| ask_for_tail(location, options.open_tail_bytes, &counters));
+        let asked = Instant::now();
+        let (info, first_unit) = fetcher
+            .open(unit_size)
+            .map_err(|e| format!("{name}: {e}"))?;
+        // The tail is larger than the first unit and comes a little later; a server that
+        // stalls it does not hold the open up for long (the pin fetches the metadata then).
+        let patience = (asked.elapsed() * 4).max(Duration::from_secs(1));
+        let tail = tail.and_then(|answer| answer.recv_timeout(patience).ok());
         let memory_bytes = options.memory_bytes.max(2 * unit_size);
         // The address as shown (no user, password or query: the identity is written in the
         // disk cache's entries), and the version: a new version never reads old units.

@@ -33,6 +33,17 @@ fn is_mounted(mnt: &Path) -> bool {
         .any(|l| l.contains(&needle))
 }
 
+/// A `squashd serve` of the test's: stopped (SIGTERM, which detaches its images) and waited for
+/// when dropped, even when the test fails on the way.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
 /// Unmounts lazily on drop whatever is still mounted at its path.
 struct MountGuard(PathBuf);
 
@@ -253,22 +264,25 @@ fn an_object_replaced_under_a_daemon_gives_eio_and_its_other_images_keep_serving
         ),
     )
     .unwrap();
-    let mut daemon = Command::new(SQUASHD)
-        .args(["serve", "-c"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = Daemon(
+        Command::new(SQUASHD)
+            .args(["serve", "-c"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !(is_mounted(&changing_mnt) && is_mounted(&steady_mnt)) {
         assert!(Instant::now() < deadline, "the daemon did not mount both");
-        assert!(daemon.try_wait().unwrap().is_none(), "the daemon exited");
+        assert!(daemon.0.try_wait().unwrap().is_none(), "the daemon exited");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Only the metadata (pinned at open) and the first fetch unit have been fetched: a listing
-    // needs nothing more. The rest of big is fetched after the object changes.
+    // Only the first fetch unit and the image's last 8 MiB (its metadata and the end of big)
+    // have been fetched: a listing needs nothing more. The rest of big is fetched after the
+    // object changes.
     assert_eq!(fs::read_dir(changing_mnt.join("d")).unwrap().count(), 20);
     let mut changed = bytes.clone();
     let last = changed.len() - 1;
@@ -303,8 +317,6 @@ fn an_object_replaced_under_a_daemon_gives_eio_and_its_other_images_keep_serving
         .find(|i| i["mountpoint"] == steady_mnt.to_str().unwrap())
         .unwrap();
     assert_eq!(steady_status["health"], "ok");
-    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
-    let _ = daemon.wait();
 }
 
 #[test]

@@ -58,9 +58,25 @@ fn mount(image: &Path, mnt: &Path, opts: &str) -> MountGuard {
     MountGuard(mnt.to_path_buf())
 }
 
+/// Unmounts `mnt`, trying again for a while when it is busy: the other tests of this binary
+/// spawn processes, and a child between fork and exec briefly holds every descriptor this
+/// process has open, a file read on the mount included ("target is busy").
 fn umount(mnt: &Path) {
-    let status = Command::new("umount").arg(mnt).status().unwrap();
-    assert!(status.success(), "umount {}", mnt.display());
+    for _ in 0..50 {
+        let out = Command::new("umount").arg(mnt).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        if !String::from_utf8_lossy(&out.stderr).contains("busy") {
+            panic!(
+                "umount {}: {}",
+                mnt.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("umount {}: still busy after a second", mnt.display());
 }
 
 /// Pids of squashd processes whose command line names `mnt`.

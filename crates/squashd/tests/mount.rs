@@ -58,27 +58,6 @@ fn mount(image: &Path, mnt: &Path, opts: &str) -> MountGuard {
     MountGuard(mnt.to_path_buf())
 }
 
-/// Unmounts `mnt`, trying again for a while when it is busy: the other tests of this binary
-/// spawn processes, and a child between fork and exec briefly holds every descriptor this
-/// process has open, a file read on the mount included ("target is busy").
-fn umount(mnt: &Path) {
-    for _ in 0..50 {
-        let out = Command::new("umount").arg(mnt).output().unwrap();
-        if out.status.success() {
-            return;
-        }
-        if !String::from_utf8_lossy(&out.stderr).contains("busy") {
-            panic!(
-                "umount {}: {}",
-                mnt.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("umount {}: still busy after a second", mnt.display());
-}
-
 /// Pids of squashd processes whose command line names `mnt`.
 fn daemons_of(mnt: &Path) -> Vec<u32> {
     let needle = mnt.as_os_str().as_bytes();
@@ -166,9 +145,9 @@ fn mounted_tree_matches_the_kernels_squashfs() {
         }
         assert_eq!(ours.f_namemax, 256);
         assert_eq!(ours.f_bfree, 0);
-        umount(&mnt);
+        testkit::umount(&mnt);
         if let Some(k) = kernel {
-            umount(&k);
+            testkit::umount(&k);
         }
     }
 }
@@ -211,7 +190,7 @@ fn options_subdir_offset_and_owner() {
     }
     let actual = testkit::walk_disk(&mnt);
     testkit::assert_records_eq(&expected, &actual, "subdir of an embedded image, uid/gid");
-    umount(&mnt);
+    testkit::umount(&mnt);
     wait_for_no_daemon(&mnt);
 
     let out = squashd_mount(&image, &mnt, "no_such_option");
@@ -283,7 +262,7 @@ fn errors_a_user_expects_and_read_only() {
     assert_eq!(getxattr(&f, "user.none", 100).1, libc::ENODATA);
     let names: Vec<_> = xattr::list(&f).unwrap().collect();
     assert_eq!(names, vec![std::ffi::OsString::from("user.big")]);
-    umount(&mnt);
+    testkit::umount(&mnt);
 }
 
 #[test]
@@ -320,7 +299,7 @@ fn truncated_image_gives_eio_and_the_daemon_stays() {
     assert!(fs::metadata(&mnt).is_ok());
     assert_eq!(daemons_of(&mnt).len(), 1);
     drop(f);
-    umount(&mnt);
+    testkit::umount(&mnt);
     wait_for_no_daemon(&mnt);
 }
 
@@ -504,7 +483,7 @@ fn a_hundred_mount_cycles_leave_nothing_behind() {
     for i in 0..100 {
         let _mounted = mount(&image, &mnt, "");
         assert_eq!(fs::read(mnt.join("f")).unwrap(), b"cycle", "cycle {i}");
-        umount(&mnt);
+        testkit::umount(&mnt);
         assert!(!is_mounted(&mnt), "cycle {i}");
     }
     wait_for_no_daemon(&mnt);
@@ -614,7 +593,7 @@ fn control_socket_reports_counters_a_walk_is_held_to() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("squashd serve"));
 
-    umount(&mnt);
+    testkit::umount(&mnt);
     wait_for_no_daemon(&mnt);
     assert!(!socket.exists(), "the control socket outlived the mount");
 }
@@ -962,7 +941,7 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
     assert_eq!(daemons.len(), 1, "{daemons:?}");
     let blob_dir = PathBuf::from(format!("/run/squashd/mount-{}", daemons[0]));
     assert_eq!(fs_type(&blob_dir).as_deref(), Some("fuse.squashd-blobs"));
-    umount(&mnt);
+    testkit::umount(&mnt);
     wait_for_no_daemon(&mnt);
     assert!(!blob_dir.exists(), "{} left behind", blob_dir.display());
     drop(guard);
@@ -987,7 +966,7 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
         "the dead kernel-path mount is still there"
     );
     assert!(!dead_blobs.exists(), "{} left behind", dead_blobs.display());
-    umount(&other);
+    testkit::umount(&other);
     wait_for_no_daemon(&other);
     drop((guard, other_guard));
 
@@ -1004,18 +983,18 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
         &testkit::walk_disk(&sub),
         "-o kernel,subdir=dup,uid,gid",
     );
-    umount(&sub);
+    testkit::umount(&sub);
     wait_for_no_daemon(&sub);
 
     // The rule: a root allow_other mount takes the kernel path; -o fuse keeps FUSE.
     let auto = built.scratch("mnt-auto");
     let _auto_guard = mount(&image, &auto, "allow_other");
     assert_eq!(fs_type(&auto).as_deref(), Some("erofs"));
-    umount(&auto);
+    testkit::umount(&auto);
     wait_for_no_daemon(&auto);
     let _fuse_guard = mount(&image, &auto, "allow_other,fuse");
     assert_eq!(fs_type(&auto).as_deref(), Some("fuse.squashd"));
-    umount(&auto);
+    testkit::umount(&auto);
     wait_for_no_daemon(&auto);
 
     // What the kernel path cannot do is said, as a usage error.
@@ -1029,6 +1008,6 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(!is_mounted(&auto));
     if let Some(k) = kernel {
-        umount(&k);
+        testkit::umount(&k);
     }
 }

@@ -166,7 +166,7 @@ fn a_mount_over_http_matches_the_kernels_squashfs_of_a_local_copy() {
             !log.lines().any(|l| l.contains("\"HEAD ")),
             "the size and ETag come with the first ranged GET, not from a HEAD:\n{log}"
         );
-        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+        testkit::umount(&mnt);
     }
     if let Some(k) = kernel {
         let _ = Command::new("umount").arg(&k).status();
@@ -411,7 +411,7 @@ fn a_trace_of_one_mount_prefetches_the_next() {
         assert!(out.status.success(), "mount -o {opts}: {}", stderr(&out));
     };
     let unmount = |wait_for_trace: bool| {
-        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+        testkit::umount(&mnt);
         let deadline = Instant::now() + Duration::from_secs(10);
         while (wait_for_trace && fs::metadata(&trace).is_err()) || socket.exists() {
             assert!(Instant::now() < deadline, "the mount did not end");

@@ -79,7 +79,7 @@ fn fixture(many_entries: usize) -> Option<Fixture> {
         .map(|r| (r.path, r.xattrs))
         .collect();
     if let Some(mnt) = kernel_mount {
-        assert!(Command::new("umount").arg(mnt).status().unwrap().success());
+        testkit::umount(&mnt);
     }
     Some(Fixture {
         built,

@@ -102,6 +102,26 @@ pub fn can_mount_erofs() -> bool {
     true
 }
 
+/// Unmounts `mnt` (`umount`), trying again for up to a second while it is busy, and panics
+/// if it cannot: tests in one binary run in parallel and spawn processes, and a child between
+/// fork and exec briefly holds every descriptor the test process has open, a file just read on
+/// the mount included ("target is busy").
+pub fn umount(mnt: &std::path::Path) {
+    for _ in 0..50 {
+        let out = Command::new("umount")
+            .arg(mnt)
+            .output()
+            .expect("umount runs");
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("busy"), "umount {}: {err}", mnt.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("umount {}: still busy after a second", mnt.display());
+}
+
 /// Whether the test can make real FUSE mounts of images here (/dev/fuse, root, and the
 /// squashfs tools to build them); prints the skip line when not.
 pub fn can_mount() -> bool {

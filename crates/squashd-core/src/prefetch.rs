@@ -26,6 +26,15 @@ pub struct ReadState {
     queued_until: AtomicU64,
 }
 
+impl ReadState {
+    /// The chunks below this index were queued for read-ahead (and may be loading now), if
+    /// asked before [`Prefetcher::on_read`] notes the read at hand: a reader then goes through
+    /// the data cache for them, where a load in flight is waited for rather than done again.
+    pub fn queued_until(&self) -> u64 {
+        self.queued_until.load(Ordering::Relaxed)
+    }
+}
+
 struct Job {
     reader: FileReader,
     index: u64,

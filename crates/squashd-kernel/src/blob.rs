@@ -200,11 +200,16 @@ impl Blob {
                 let inode = self.image.inode(file.inode)?;
                 self.image.open_file(&inode)
             })?;
-            if let Some(state) = self.reading.get(index) {
+            let state = self.reading.get(index);
+            // What earlier reads queued: those blocks may be loading into the cache now.
+            let queued_until = state.map_or(0, ReadState::queued_until);
+            if let Some(state) = state {
                 // Queued before this read decompresses, so both run at once.
                 self.prefetch.on_read(state, &reader, within, n as u64);
             }
-            copy_file_range(&reader, within, &mut rest[..n])?;
+            copy_file_range(&reader, within, &mut rest[..n], |chunk| {
+                chunk < queued_until
+            })?;
             done += n;
         }
         Ok(want)
@@ -223,8 +228,15 @@ thread_local! {
 /// twice. A block read in part goes through the data cache: EROFS keeps only the part it
 /// asked for, and a random reader will soon ask for the rest. What the cache already has (a
 /// tail end's fragment block, which many small files share, or a block read ahead) is lent
-/// from it either way.
-fn copy_file_range(reader: &FileReader, offset: u64, out: &mut [u8]) -> squashd_core::Result<()> {
+/// from it either way. So is a block `queued` says read-ahead was asked for: it may be loading
+/// into the cache right now, and the cache waits for that load where the scratch buffer would
+/// decompress the block a second time.
+fn copy_file_range(
+    reader: &FileReader,
+    offset: u64,
+    out: &mut [u8],
+    queued: impl Fn(u64) -> bool,
+) -> squashd_core::Result<()> {
     let bs = u64::from(reader.block_size().max(1));
     let mut pos = offset;
     let mut done = 0;
@@ -233,7 +245,7 @@ fn copy_file_range(reader: &FileReader, offset: u64, out: &mut [u8]) -> squashd_
         let within = (pos % bs) as usize;
         let dest = &mut out[done..];
         let whole_block = within == 0 && dest.len() as u64 >= bs.min(reader.size() - pos);
-        if !whole_block {
+        if !whole_block || queued(index) {
             let chunk = reader.chunk(index)?;
             let n = dest.len().min(chunk.len().saturating_sub(within));
             if n == 0 {

@@ -146,6 +146,60 @@ fn huge_sparse_file_in_an_embedded_image() {
     testkit::assert_records_eq(&expected, &actual, "kernel path of huge, embedded");
 }
 
+/// A file `big` holding `data` (zstd, 128 KiB blocks) mounted through the kernel path with
+/// `read_ahead`, its blob served by `threads` FUSE threads. Fields drop in order: the EROFS
+/// mount goes before the blob file system under it.
+struct DataMount {
+    image: Image,
+    blob: Arc<Blob>,
+    mnt: PathBuf,
+    _mounted: Unmount,
+    _blobs: BlobMount,
+}
+
+fn data_mount(
+    dir: &Path,
+    data: &[u8],
+    read_ahead: squashd_kernel::ReadAhead,
+    threads: usize,
+) -> DataMount {
+    let image_path =
+        testkit::image_of_files(dir, &[("big", data)], &["-comp", "zstd", "-b", "128K"]);
+    let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
+    let options = KernelMountOptions {
+        read_ahead,
+        ..KernelMountOptions::default()
+    };
+    let t = translate(&image, &options).unwrap();
+    let blob = Arc::new(Blob::new(image.clone(), t.layout, options.read_ahead));
+    let blob_dir = dir.join("blobs");
+    fs::create_dir_all(&blob_dir).unwrap();
+    let blobs = BlobMount::mount(&blob_dir, threads).unwrap();
+    blobs.files().add(
+        "data.meta",
+        BlobFsContent::Metadata(Arc::new(MetaFile::new(t.metadata))),
+    );
+    blobs
+        .files()
+        .add("data.blob", BlobFsContent::Blob(blob.clone()));
+    let mnt = dir.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    mount_erofs(
+        &blobs.path("data.meta"),
+        &blobs.path("data.blob"),
+        &mnt,
+        MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
+    )
+    .unwrap();
+    DataMount {
+        image,
+        blob,
+        mnt: mnt.clone(),
+        _mounted: Unmount(mnt),
+        _blobs: blobs,
+    }
+}
+
 /// Data is cached once, in EROFS's page cache: reading an 8 MiB file through the kernel path
 /// decompresses each of its blocks once and leaves (nearly) none in squashd's data cache (with
 /// read-ahead off, which hands blocks over through that cache); a second read is answered by
@@ -158,41 +212,13 @@ fn data_read_through_the_kernel_is_cached_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = fastrand::Rng::with_seed(7);
     let data: Vec<u8> = (0..8 << 20).map(|_| b"acgt"[rng.usize(..4)]).collect();
-    let image_path = testkit::image_of_files(
-        dir.path(),
-        &[("big", &data)],
-        &["-comp", "zstd", "-b", "128K"],
-    );
-    let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
-    let options = KernelMountOptions {
-        read_ahead: squashd_kernel::ReadAhead {
-            threads: 0,
-            bytes: 0,
-        },
-        ..KernelMountOptions::default()
+    let off = squashd_kernel::ReadAhead {
+        threads: 0,
+        bytes: 0,
     };
-    let t = translate(&image, &options).unwrap();
-    let blob = Arc::new(Blob::new(image.clone(), t.layout, options.read_ahead));
-    let blob_dir = dir.path().join("blobs");
-    fs::create_dir_all(&blob_dir).unwrap();
-    let blobs = BlobMount::mount(&blob_dir, 2).unwrap();
-    blobs.files().add(
-        "x.meta",
-        BlobFsContent::Metadata(Arc::new(MetaFile::new(t.metadata))),
-    );
-    blobs
-        .files()
-        .add("x.blob", BlobFsContent::Blob(blob.clone()));
-    let mnt = dir.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    mount_erofs(
-        &blobs.path("x.meta"),
-        &blobs.path("x.blob"),
-        &mnt,
-        MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
-    )
-    .unwrap();
-    let _mounted = Unmount(mnt.clone());
+    let DataMount {
+        image, blob, mnt, ..
+    } = &data_mount(dir.path(), &data, off, 2);
     assert!(fs::read(mnt.join("big")).unwrap() == data);
     let stats = image.stats();
     assert_eq!(
@@ -221,39 +247,11 @@ fn read_ahead_and_readers_decompress_each_block_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = fastrand::Rng::with_seed(11);
     let data: Vec<u8> = (0..16 << 20).map(|_| b"acgt"[rng.usize(..4)]).collect();
-    let image_path = testkit::image_of_files(
-        dir.path(),
-        &[("big", &data)],
-        &["-comp", "zstd", "-b", "128K"],
-    );
-    let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
-    let options = KernelMountOptions {
-        read_ahead: squashd_kernel::ReadAhead {
-            threads: 2,
-            bytes: 2 << 20,
-        },
-        ..KernelMountOptions::default()
+    let on = squashd_kernel::ReadAhead {
+        threads: 2,
+        bytes: 2 << 20,
     };
-    let t = translate(&image, &options).unwrap();
-    let blob = Arc::new(Blob::new(image.clone(), t.layout, options.read_ahead));
-    let blob_dir = dir.path().join("blobs");
-    fs::create_dir_all(&blob_dir).unwrap();
-    let blobs = BlobMount::mount(&blob_dir, 4).unwrap();
-    blobs.files().add(
-        "y.meta",
-        BlobFsContent::Metadata(Arc::new(MetaFile::new(t.metadata))),
-    );
-    blobs.files().add("y.blob", BlobFsContent::Blob(blob));
-    let mnt = dir.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    mount_erofs(
-        &blobs.path("y.meta"),
-        &blobs.path("y.blob"),
-        &mnt,
-        MsFlags::MS_NODEV | MsFlags::MS_NOSUID,
-    )
-    .unwrap();
-    let _mounted = Unmount(mnt.clone());
+    let DataMount { image, mnt, .. } = &data_mount(dir.path(), &data, on, 4);
     assert!(fs::read(mnt.join("big")).unwrap() == data);
     let stats = image.stats();
     assert_eq!(

@@ -53,6 +53,7 @@ impl std::fmt::Display for FetchError {
 }
 
 /// The object's endpoint: where requests for it go.
+#[derive(Clone)]
 pub enum Endpoint {
     /// A plain URL.
     Http(String),
@@ -137,11 +138,7 @@ impl Client {
                 )))
             }
         };
-        let info = ObjectInfo {
-            size,
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        };
+        let info = object_info(&response, size);
         if got != len.min(size) {
             return Err(FetchError::Permanent(format!(
                 "the server answered bytes 0-{} of a {size}-byte object with bytes 0-{}",
@@ -180,11 +177,7 @@ impl Client {
                 )))
             }
         };
-        let info = ObjectInfo {
-            size,
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        };
+        let info = object_info(&response, size);
         Ok((from, info, read_body(response, from, size - from)?))
     }
 
@@ -344,6 +337,15 @@ fn check_ranged_status(status: u16) -> Result<(), FetchError> {
 }
 
 use std::io::Read as _;
+
+/// What `response` says of the object, `size` bytes long: its validators.
+fn object_info(response: &ureq::http::Response<ureq::Body>, size: u64) -> ObjectInfo {
+    ObjectInfo {
+        size,
+        etag: header(response, "etag"),
+        last_modified: header(response, "last-modified"),
+    }
+}
 
 /// Header `name` of `response`, if present and text.
 fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {

@@ -15,6 +15,7 @@ use std::time::Duration;
 const SIGNATURE_LIFETIME: Duration = Duration::from_secs(15 * 60);
 
 /// Signs requests for one object.
+#[derive(Clone)]
 pub struct S3Object {
     bucket: Bucket,
     key: String,

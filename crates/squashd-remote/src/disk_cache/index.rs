@@ -78,6 +78,12 @@ pub(super) struct Index {
 impl Index {
     /// Adds an entry found on disk at open; call in order of recency, oldest first.
     pub(super) fn insert_found(&mut self, id: EntryId, len: u64, mtime: SystemTime) {
+        let generation = self.add_pending(id, len, mtime);
+        self.commit(id, generation, mtime);
+    }
+
+    /// Adds `id` as pending (its file being written), charged `len` bytes; its generation.
+    fn add_pending(&mut self, id: EntryId, len: u64, touched: SystemTime) -> u64 {
         let generation = self.generation();
         self.slots.insert(
             id,
@@ -85,12 +91,12 @@ impl Index {
                 state: State::Pending,
                 len,
                 generation,
-                touched: mtime,
+                touched,
             },
         );
         self.charged += len;
         self.busy += 1;
-        self.commit(id, generation, mtime);
+        generation
     }
 
     /// Looks up a ready entry and makes it the most recently used.
@@ -125,19 +131,7 @@ impl Index {
         if total > budget {
             return Reservation::Short(total - budget);
         }
-        let generation = self.generation();
-        self.slots.insert(
-            id,
-            Slot {
-                state: State::Pending,
-                len,
-                generation,
-                touched: SystemTime::UNIX_EPOCH,
-            },
-        );
-        self.charged = total;
-        self.busy += 1;
-        Reservation::Reserved(generation)
+        Reservation::Reserved(self.add_pending(id, len, SystemTime::UNIX_EPOCH))
     }
 
     /// Marks the least recently used ready entries dying until they hold at least `wanted` bytes

@@ -64,24 +64,22 @@ impl Default for RemoteOptions {
 /// An object's end as fetched: where it starts, what the server said of the object, the bytes.
 type Tail = (u64, ObjectInfo, Vec<u8>);
 
-/// The last `len` bytes of the object at `location`, asked for on a connection of their own by a
-/// thread of their own: the answer comes on the channel (or never, if it is not needed by then).
+/// The last `len` bytes of the object at `endpoint`, asked for on a connection of their own by
+/// a thread of their own: the answer comes on the channel (or never, if it is not needed by then).
 fn ask_for_tail(
-    location: &Location,
+    endpoint: Endpoint,
     len: u64,
     counters: &Arc<Counters>,
 ) -> mpsc::Receiver<Result<Tail, crate::http::FetchError>> {
     let (answer, answered) = mpsc::sync_channel(1);
-    if let Ok(endpoint) = Endpoint::for_location(location) {
-        let fetcher = Fetcher::new(Client::new(1), endpoint, 0, counters.clone());
-        let spawned = std::thread::Builder::new()
-            .name("squashd-open-tail".into())
-            .spawn(move || {
-                let _ = answer.send(fetcher.tail(len));
-            });
-        if let Err(e) = spawned {
-            tracing::debug!("cannot start the thread asking for the tail: {e}");
-        }
+    let fetcher = Fetcher::new(Client::new(1), endpoint, 0, counters.clone());
+    let spawned = std::thread::Builder::new()
+        .name("squashd-open-tail".into())
+        .spawn(move || {
+            let _ = answer.send(fetcher.tail(len));
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("cannot start the thread asking for the tail: {e}");
     }
     answered
 }
@@ -205,6 +203,9 @@ impl RemoteSource {
         let name = location.to_string();
         let endpoint = Endpoint::for_location(location).map_err(|e| format!("{name}: {e}"))?;
         let counters = Arc::new(Counters::default());
+        // Asked for first, so that it is on its way while the first unit is.
+        let tail = (options.disk_cache.is_none() && options.open_tail_bytes > 0)
+            .then(|| ask_for_tail(endpoint.clone(), options.open_tail_bytes, &counters));
         let fetcher = Fetcher::new(
             Client::new(options.connections),
             endpoint,
@@ -219,8 +220,6 @@ impl RemoteSource {
         // connection: SquashFS keeps its metadata at the end, so the pin that follows usually
         // finds it there, a round trip sooner. With one, the metadata of an image seen before
         // comes from disk, and the tail would be fetched for nothing.
-        let tail = (options.disk_cache.is_none() && options.open_tail_bytes > 0)
-            .then(|| ask_for_tail(location, options.open_tail_bytes, &counters));
         let asked = Instant::now();
         let (info, first_unit) = fetcher
             .open(unit_size)

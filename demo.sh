@@ -5,7 +5,9 @@
 #
 # Installs what it needs (Debian packages via scripts/setup.sh), builds squashd, packs SOURCE_DIR
 # into a zstd SquashFS image, mounts it with `squashd serve` (so `squashd status` can show the
-# caches at work), walks and reads it twice, checks every byte against the source, and unmounts.
+# caches at work), walks and reads it twice, checks every byte against the source, mounts it again
+# through the kernel path (as root), from inside an AppImage and from inside a SIF file (found
+# without an offset), shows the counters and unmounts.
 set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
@@ -23,6 +25,9 @@ cleanup() {
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
   mountpoint -q "$work/mnt" 2>/dev/null && fusermount3 -u "$work/mnt" 2>/dev/null
   mountpoint -q "$work/kmnt" 2>/dev/null && umount -l "$work/kmnt" 2>/dev/null
+  for m in "$work"/mnt-*; do
+    if mountpoint -q "$m" 2>/dev/null; then fusermount3 -u "$m" 2>/dev/null || true; fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -94,6 +99,35 @@ else
 fi
 
 echo
+echo "== the same image inside an AppImage and an Apptainer SIF file, mounted without an offset"
+# An AppImage (type 2) is an ELF runtime marked "AI\x02" at byte 8 with the image appended.
+cp /bin/true "$work/example.AppImage"
+printf 'AI\002' | dd of="$work/example.AppImage" bs=1 seek=8 conv=notrunc status=none
+cat "$work/example.sqfs" >> "$work/example.AppImage"
+containers=("$work/example.AppImage")
+siftool=$(command -v siftool || echo "$HOME/go/bin/siftool")
+if [ -x "$siftool" ]; then
+  "$siftool" new "$work/example.sif" >/dev/null
+  "$siftool" add "$work/example.sif" "$work/example.sqfs" \
+    --datatype 4 --parttype 2 --partfs 1 --partarch 2 >/dev/null  # the primary system partition
+  containers+=("$work/example.sif")
+else
+  echo "(no siftool, so no SIF file: go install github.com/apptainer/sif/v2/cmd/siftool@v2.25.0)"
+fi
+for container in "${containers[@]}"; do
+  name=$(basename "$container")
+  mkdir "$work/mnt-$name"
+  "$squashd" info "$container" | grep -E '^(container|offset)'
+  "$squashd" attach "$container" "$work/mnt-$name" -o fuse
+  if ! diff -r --no-dereference "$src" "$work/mnt-$name" > "$work/cdiff.txt" 2>&1; then
+    head -20 "$work/cdiff.txt"
+    echo "demo: the mount of $name differs from the source" >&2
+    exit 1
+  fi
+  echo "$name mounted on $work/mnt-$name: identical to the source"
+done
+
+echo
 echo "== what squashd did (squashd status)"
 "$squashd" status
 
@@ -104,4 +138,7 @@ wait "$daemon" || true
 daemon=""
 mountpoint -q "$work/mnt" && { echo "demo: still mounted" >&2; exit 1; }
 [ -d "$work/kmnt" ] && mountpoint -q "$work/kmnt" && { echo "demo: the kernel-path mount is still there" >&2; exit 1; }
+for m in "$work"/mnt-*; do
+  if mountpoint -q "$m"; then echo "demo: $m is still mounted" >&2; exit 1; fi
+done
 echo "done: unmounted cleanly"

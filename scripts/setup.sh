@@ -20,3 +20,11 @@ if ! command -v s3s-fs >/dev/null && ! [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s
   echo "setup: installing s3s-fs (cargo install)"
   cargo install --quiet --locked s3s-fs --version 0.14.1 --features binary
 fi
+# siftool (Apptainer's SIF tool), for the demo's SIF file and the SIF tests' cross-check: from the
+# Go module proxy when Go is installed; without it both say so and go on.
+gobin="$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+if command -v go >/dev/null && ! command -v siftool >/dev/null && ! [ -x "$gobin/siftool" ]; then
+  echo "setup: installing siftool (go install)"
+  go install github.com/apptainer/sif/v2/cmd/siftool@v2.25.0 ||
+    echo "setup: siftool did not install; the SIF cross-checks will be skipped"
+fi

@@ -177,8 +177,17 @@ fn print_table(s: &Status) {
             c.corrupt
         );
     }
+    // The mount point column is as wide as its longest entry, so that long paths keep the
+    // columns after them in line.
+    let width = s
+        .images
+        .iter()
+        .map(|i| i.mountpoint.display().to_string().chars().count())
+        .chain([28])
+        .max()
+        .unwrap_or(28);
     println!(
-        "{:<28} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
+        "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
         "MOUNTPOINT",
         "PATH",
         "SIZE",
@@ -192,7 +201,7 @@ fn print_table(s: &Status) {
     );
     for i in &s.images {
         println!(
-            "{:<28} {:>6} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
+            "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
             i.mountpoint.display(),
             i.engine,
             mib(i.size_bytes),
@@ -209,7 +218,7 @@ fn print_table(s: &Status) {
         );
         if let Some(r) = &i.remote {
             println!(
-                "{:<28} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \
+                "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \
                  {} disk-cache hits, readers waited {:.2} s; {}",
                 "",
                 mib(r.bytes_fetched),

@@ -49,7 +49,7 @@ pub(crate) fn place_all(tree: &Tree, plan: &Plan, alloc: &mut Allocator) -> Vec<
         }
         order.push(d);
         let first = stack.len();
-        for &(name, child) in &plan.dirs[p.dir as usize] {
+        for (name, child) in plan.entries(d) {
             if name != b"." && name != b".." && is_dir(child) {
                 stack.push(child);
             }
@@ -58,7 +58,7 @@ pub(crate) fn place_all(tree: &Tree, plan: &Plan, alloc: &mut Allocator) -> Vec<
         stack[first..].reverse();
     }
     for d in order {
-        for &(_, child) in &plan.dirs[plan.nodes[d.index()].dir as usize] {
+        for (_, child) in plan.entries(d) {
             // A hard-linked node goes with its first name.
             if placed[child.index()].offset == UNPLACED {
                 let p = &plan.nodes[child.index()];

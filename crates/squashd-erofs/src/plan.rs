@@ -37,14 +37,62 @@ pub(crate) struct NodePlan {
 /// The whole tree's plan.
 pub(crate) struct Plan<'t> {
     pub nodes: Vec<NodePlan>,
-    /// Each directory's entries, sorted by name, "." and ".." included (as self and parent).
-    pub dirs: Vec<Vec<(&'t [u8], NodeId)>>,
+    /// Each directory's entries in name order, "." and ".." included, as slots (see
+    /// [`Plan::entries`]): 4 bytes an entry where (name, node) pairs took 24, on /usr 181k
+    /// entries held through the whole write.
+    dirs: Vec<Box<[u32]>>,
+    tree: &'t Tree,
     /// Per xattr in the tree's pool: shared (stored once in the shared area) or inline.
     pub shared: Vec<bool>,
     /// The superblock's build time: compact inodes' mtime (base).
     pub epoch: Timestamp,
     /// The block size, in bytes.
     pub block_size: usize,
+}
+
+/// A directory slot naming ".".
+const SLOT_DOT: u32 = 0;
+/// A directory slot naming "..".
+const SLOT_DOTDOT: u32 = 1;
+/// Slots from here name the directory's own entries, in the tree's order.
+const SLOT_FIRST_ENTRY: u32 = 2;
+
+impl<'t> Plan<'t> {
+    /// Directory `dir`'s entries, "." and ".." included (as itself and its parent), sorted by
+    /// name bytes. Nothing for a node that is not a directory.
+    pub(crate) fn entries(&self, dir: NodeId) -> impl Iterator<Item = (&'t [u8], NodeId)> + '_ {
+        let tree: &'t Tree = self.tree;
+        let (entries, parent, slots): (&'t [Entry], NodeId, &[u32]) =
+            match &tree.nodes[dir.index()].body {
+                Body::Directory { entries, parent } => (
+                    entries,
+                    *parent,
+                    &self.dirs[self.nodes[dir.index()].dir as usize],
+                ),
+                _ => (&[], dir, &[]),
+            };
+        slots
+            .iter()
+            .map(move |&slot| slot_entry(tree, slot, dir, parent, entries))
+    }
+}
+
+/// What a directory slot names.
+fn slot_entry<'t>(
+    tree: &'t Tree,
+    slot: u32,
+    dir: NodeId,
+    parent: NodeId,
+    entries: &[Entry],
+) -> (&'t [u8], NodeId) {
+    match slot {
+        SLOT_DOT => (b".", dir),
+        SLOT_DOTDOT => (b"..", parent),
+        entry => {
+            let entry = &entries[(entry - SLOT_FIRST_ENTRY) as usize];
+            (tree.name(entry), entry.node)
+        }
+    }
 }
 
 impl NodePlan {
@@ -163,11 +211,16 @@ pub(crate) fn plan<'t>(tree: &'t Tree, opts: &WriteOptions) -> Result<Plan<'t>> 
         p.nlink = n.names;
         match &n.body {
             Body::Directory { entries, parent } => {
-                let sorted = sorted_entries(id, *parent, entries)?;
-                p.size = dir::dir_size(sorted.iter().map(|e| e.0.len()), bs as usize);
+                let sorted = sorted_entries(tree, id, *parent, entries)?;
+                p.size = dir::dir_size(
+                    sorted
+                        .iter()
+                        .map(|&slot| slot_entry(tree, slot, id, *parent, entries).0.len()),
+                    bs as usize,
+                );
                 let subdirs = entries
                     .iter()
-                    .filter(|(_, c)| matches!(tree.nodes[c.index()].body, Body::Directory { .. }));
+                    .filter(|e| matches!(tree.nodes[e.node.index()].body, Body::Directory { .. }));
                 p.nlink = u32::try_from(2 + subdirs.count())
                     .map_err(|_| Error::TooLarge("directory link count"))?;
                 p.dir = dirs.len() as u32;
@@ -210,6 +263,7 @@ pub(crate) fn plan<'t>(tree: &'t Tree, opts: &WriteOptions) -> Result<Plan<'t>> 
     Ok(Plan {
         nodes,
         dirs,
+        tree,
         shared,
         epoch,
         block_size: bs as usize,
@@ -241,20 +295,27 @@ fn check_duplicate_xattrs(node: NodeId, xattrs: &[u32], tree: &Tree) -> Result<(
     }
 }
 
-/// A directory's entries with "." and "..", sorted by name bytes; duplicates refused.
-fn sorted_entries(dir: NodeId, parent: NodeId, entries: &[Entry]) -> Result<Vec<(&[u8], NodeId)>> {
-    let mut v: Vec<(&[u8], NodeId)> = Vec::with_capacity(entries.len() + 2);
-    v.push((b".", dir));
-    v.push((b"..", parent));
-    v.extend(entries.iter().map(|(name, id)| (&name[..], *id)));
-    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    if let Some(w) = v.windows(2).find(|w| w[0].0 == w[1].0) {
+/// A directory's entries with "." and "..", as slots sorted by name bytes; duplicates refused.
+fn sorted_entries(
+    tree: &Tree,
+    dir: NodeId,
+    parent: NodeId,
+    entries: &[Entry],
+) -> Result<Box<[u32]>> {
+    let count = u32::try_from(entries.len())
+        .ok()
+        .and_then(|n| n.checked_add(SLOT_FIRST_ENTRY))
+        .ok_or(Error::TooLarge("directory"))?;
+    let mut slots: Box<[u32]> = (0..count).collect();
+    let name = |slot: u32| slot_entry(tree, slot, dir, parent, entries).0;
+    slots.sort_unstable_by(|&a, &b| name(a).cmp(name(b)));
+    if let Some(w) = slots.windows(2).find(|w| name(w[0]) == name(w[1])) {
         return Err(Error::DuplicateName {
             dir,
-            name: lossy(w[0].0),
+            name: lossy(name(w[0])),
         });
     }
-    Ok(v)
+    Ok(slots)
 }
 
 /// Checks a file's chunks against its size and the blob; returns the number of chunk indexes.

@@ -150,8 +150,17 @@ pub enum Kind {
     Socket,
 }
 
-/// A directory entry: a name and the node it names.
-pub(crate) type Entry = (Box<[u8]>, NodeId);
+/// A directory entry: a name (in the tree's name bytes) and the node it names. 12 bytes, where a
+/// boxed name took 24 and an allocation of its own (on /usr, 181k entries).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    /// Where the name starts in [`Tree::name_bytes`].
+    name_at: u32,
+    /// Its length (names are at most 255 bytes).
+    name_len: u8,
+    /// The node it names.
+    pub node: NodeId,
+}
 
 /// A node's content as the tree stores it.
 pub(crate) enum Body {
@@ -168,7 +177,7 @@ pub(crate) struct Node {
     pub body: Body,
     pub meta: Metadata,
     /// Indexes into the tree's xattr pool.
-    pub xattrs: Vec<u32>,
+    pub xattrs: Box<[u32]>,
     /// Directory entries naming this node (for a directory: 1, its entry in the parent).
     pub names: u32,
 }
@@ -180,6 +189,8 @@ pub struct Tree {
     /// is held once, and sharing on disk falls out of the reference counts.
     pub(crate) xattr_pool: Vec<Xattr>,
     xattr_ids: HashMap<Xattr, u32>,
+    /// Every entry's name, end to end.
+    name_bytes: Vec<u8>,
 }
 
 impl Tree {
@@ -194,11 +205,12 @@ impl Tree {
                     parent: root_id,
                 },
                 meta: root,
-                xattrs: Vec::new(),
+                xattrs: Box::default(),
                 names: 1,
             }],
             xattr_pool: Vec::new(),
             xattr_ids: HashMap::new(),
+            name_bytes: Vec::new(),
         })
     }
 
@@ -248,10 +260,10 @@ impl Tree {
         self.nodes.push(Node {
             body,
             meta,
-            xattrs: Vec::new(),
+            xattrs: Box::default(),
             names: 1,
         });
-        self.dir_entries(parent)?.push((name.into(), id));
+        self.push_entry(parent, name, id)?;
         Ok(id)
     }
 
@@ -268,7 +280,7 @@ impl Tree {
         if node.names == u32::MAX {
             return Err(Error::TooLarge("link count"));
         }
-        self.dir_entries(parent)?.push((name.into(), target));
+        self.push_entry(parent, name, target)?;
         self.nodes[target.index()].names += 1;
         Ok(())
     }
@@ -291,7 +303,26 @@ impl Tree {
                 id
             }
         };
-        self.nodes[node.index()].xattrs.push(id);
+        let xattrs = &mut self.nodes[node.index()].xattrs;
+        *xattrs = xattrs.iter().copied().chain([id]).collect();
+        Ok(())
+    }
+
+    /// The name of an entry.
+    pub(crate) fn name(&self, entry: &Entry) -> &[u8] {
+        &self.name_bytes[entry.name_at as usize..][..usize::from(entry.name_len)]
+    }
+
+    /// Adds the entry `name` for `node` to directory `dir` (a checked name).
+    fn push_entry(&mut self, dir: NodeId, name: &[u8], node: NodeId) -> Result<()> {
+        let name_at = u32::try_from(self.name_bytes.len()).map_err(|_| Error::TooLarge("names"))?;
+        let name_len = u8::try_from(name.len()).map_err(|_| Error::TooLarge("name"))?;
+        self.dir_entries(dir)?.push(Entry {
+            name_at,
+            name_len,
+            node,
+        });
+        self.name_bytes.extend_from_slice(name);
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use crate::layout::{self, Allocator, Placed};
 use crate::plan::{self, Plan};
 use crate::sink::Sink;
 use crate::superblock::{self, SuperBlock};
-use crate::tree::{Body, Chunk, FileData, Tree};
+use crate::tree::{Body, Chunk, FileData, NodeId, Tree};
 use crate::xattr;
 
 /// How compact (32-byte) inodes get their mtime.
@@ -223,9 +223,9 @@ fn build<W: Write>(tree: &Tree, opts: &WriteOptions, out: W) -> Result<(ImageInf
 fn node_data(tree: &Tree, plan: &Plan, placed: &[Placed], i: usize, out: &mut Vec<u8>) {
     match &tree.nodes[i].body {
         Body::Directory { .. } => {
-            let entries: Vec<DirEntry> = plan.dirs[plan.nodes[i].dir as usize]
-                .iter()
-                .map(|&(name, id)| DirEntry {
+            let entries: Vec<DirEntry> = plan
+                .entries(NodeId(i as u32))
+                .map(|(name, id)| DirEntry {
                     name,
                     nid: placed[id.index()].offset / inode::COMPACT_SIZE as u64,
                     file_type: plan::file_type(&tree.nodes[id.index()].body).1,

@@ -122,7 +122,7 @@ pub fn translate(
     };
     let nodes = tree.len();
     let metadata =
-        squashd_erofs::write(&tree, &write_options).map_err(|source| TranslateError::Erofs {
+        write_metadata(tree, &write_options).map_err(|source| TranslateError::Erofs {
             image: image.name().to_string(),
             path: "/".into(),
             source,
@@ -132,6 +132,57 @@ pub fn translate(
         layout,
         nodes,
     })
+}
+
+/// Where the metadata image is spilled while it is written: `$TMPDIR`, else `/var/tmp` (a
+/// disk, where /tmp may be memory).
+fn spill_dir() -> std::path::PathBuf {
+    std::env::var_os("TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/tmp".into())
+}
+
+/// Writes the metadata image of `tree` and returns it, consuming the tree.
+///
+/// The image goes to an unnamed temporary file first and is read back once the tree is freed:
+/// written straight into memory, it would be held beside the tree and the writer's plan, the
+/// translation's peak (on usr: a 17 MB image on top of some 50 MB of tree and plan). Where no
+/// temporary file can be made, it is written in memory.
+fn write_metadata(tree: Tree, options: &WriteOptions) -> squashd_erofs::Result<Vec<u8>> {
+    write_metadata_via(tree, options, &spill_dir())
+}
+
+/// [`write_metadata`], spilling into `dir`.
+fn write_metadata_via(
+    tree: Tree,
+    options: &WriteOptions,
+    dir: &std::path::Path,
+) -> squashd_erofs::Result<Vec<u8>> {
+    let Ok(mut spill) = tempfile::tempfile_in(dir) else {
+        return squashd_erofs::write(&tree, options);
+    };
+    let info = squashd_erofs::write_to(&tree, options, std::io::BufWriter::new(&mut spill))?;
+    drop(tree);
+    release_freed_memory();
+    let mut image = Vec::new();
+    let read_back = usize::try_from(info.bytes)
+        .ok()
+        .and_then(|len| image.try_reserve_exact(len).ok())
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+        .and_then(|()| {
+            use std::io::{Read, Seek};
+            spill.rewind()?;
+            spill.read_to_end(&mut image)
+        });
+    match read_back {
+        Ok(n) if n as u64 == info.bytes => Ok(image),
+        Ok(n) => Err(squashd_erofs::Error::Io(std::io::Error::other(format!(
+            "the temporary copy of the metadata image in {} holds {n} bytes of {}",
+            dir.display(),
+            info.bytes
+        )))),
+        Err(e) => Err(squashd_erofs::Error::Io(e)),
+    }
 }
 
 /// Gives the pages of freed heap memory back to the system. The metadata blocks just forgotten
@@ -296,5 +347,55 @@ impl Walk<'_> {
             });
         }
         Ok(FileData::Chunks { size, chunks: list })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use squashd_erofs::{FileData, Kind, Metadata, Timestamp};
+
+    fn tree() -> Tree {
+        let meta = |mode| Metadata {
+            mode,
+            uid: 0,
+            gid: 0,
+            mtime: Timestamp {
+                sec: 1_700_000_000,
+                nsec: 0,
+            },
+        };
+        let mut tree = Tree::new(meta(0o755)).unwrap();
+        let dir = tree
+            .add(tree.root(), b"d", meta(0o755), Kind::Directory)
+            .unwrap();
+        for i in 0..500u32 {
+            let data = FileData::Contiguous {
+                size: 5000,
+                start_block: i * 2,
+            };
+            let name = format!("file-{i}");
+            tree.add(dir, name.as_bytes(), meta(0o644), Kind::File(data))
+                .unwrap();
+        }
+        tree
+    }
+
+    #[test]
+    fn the_spilled_image_is_the_image_and_no_spill_dir_writes_it_in_memory() {
+        let options = WriteOptions {
+            blob_blocks: 1000,
+            ..WriteOptions::default()
+        };
+        let expected = squashd_erofs::write(&tree(), &options).unwrap();
+        assert!(expected.len() > 4096);
+        let dir = tempfile::tempdir().unwrap();
+        let spilled = write_metadata_via(tree(), &options, dir.path()).unwrap();
+        assert!(spilled == expected, "the spilled image differs");
+        // The spill file is unnamed: nothing is left in the directory.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let missing = dir.path().join("no-such-dir");
+        let in_memory = write_metadata_via(tree(), &options, &missing).unwrap();
+        assert!(in_memory == expected, "the in-memory image differs");
     }
 }

@@ -178,7 +178,9 @@ impl Registry {
         }
         let (mounted, probe) = if engine == Engine::Kernel {
             let prepared = Prepared::new(opened.clone(), &translation_options(&opened, &parsed)?)?;
-            crate::release_free_memory();
+            if prepared.stats().nodes >= squashd_kernel::TRIM_FROM_NODES {
+                crate::release_free_memory();
+            }
             let flags = mount_flags(&parsed.mount.flags);
             let mount = self
                 .kernel_path()?

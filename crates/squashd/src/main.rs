@@ -100,18 +100,6 @@ fn one_line(e: &clap::Error) -> String {
     line
 }
 
-/// Gives the heap's free memory back to the system: a translation for the kernel path builds
-/// and frees a tree of the whole image, whose many small blocks glibc would otherwise keep
-/// (a /usr image left the daemon tens of MiB larger than it needs to be).
-pub(crate) fn release_free_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free heap pages to the system; it touches no live
-    // allocation and is thread-safe in glibc.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 fn main() -> ExitCode {
     fix_mmap_threshold();
     if let Some(code) = squashfuse_compat::main() {

@@ -122,7 +122,6 @@ pub(super) fn run(lone: LoneMount, mountpoint: &Path, foreground: bool) -> anyho
         }
         Err(e) => return Err(e),
     };
-    crate::release_free_memory();
     let mountpoint = mountpoint
         .canonicalize()
         .with_context(|| format!("{}: mount point not found", mountpoint.display()))?;

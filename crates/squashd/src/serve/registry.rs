@@ -178,9 +178,6 @@ impl Registry {
         }
         let (mounted, probe) = if engine == Engine::Kernel {
             let prepared = Prepared::new(opened.clone(), &translation_options(&opened, &parsed)?)?;
-            if prepared.stats().nodes >= squashd_kernel::TRIM_FROM_NODES {
-                crate::release_free_memory();
-            }
             let flags = mount_flags(&parsed.mount.flags);
             let mount = self
                 .kernel_path()?

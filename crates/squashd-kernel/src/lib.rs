@@ -18,7 +18,7 @@ pub use blobfs::{BlobFiles, BlobFs, BlobFsContent};
 pub use meta_file::MetaFile;
 pub mod translate;
 
-pub use translate::{translate, OwnerOverride, TranslateError, Translation, TRIM_FROM_NODES};
+pub use translate::{translate, OwnerOverride, TranslateError, Translation};
 pub mod erofs_mount;
 
 pub use erofs_mount::{mount_erofs, BlobMount};

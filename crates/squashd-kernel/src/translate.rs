@@ -105,7 +105,7 @@ pub fn translate(
     // the metadata image itself (10.9 MiB on usr), through the write and for the mount's life.
     image.forget_metadata();
     let tree = tree.expect("run sets the tree");
-    let large = tree.len() >= TRIM_FROM_NODES;
+    let large = tree.len() >= LARGE_TREE_NODES;
     if large {
         release_freed_memory();
     }
@@ -147,34 +147,34 @@ fn spill_dir() -> std::path::PathBuf {
 
 /// Writes the metadata image of `tree` and returns it, consuming the tree.
 ///
-/// The image goes to an unnamed temporary file first and is read back once the tree is freed:
-/// written straight into memory, it would be held beside the tree and the writer's plan, the
-/// translation's peak (on usr: a 17 MB image on top of some 50 MB of tree and plan). Where no
-/// temporary file can be made, it is written in memory.
-/// `large`: the tree is worth handing freed memory back for once it is gone.
+/// A `large` tree's image goes to an unnamed temporary file first and is read back once the
+/// tree is freed (and the freed heap handed back): written straight into memory, it would be
+/// held beside the tree and the writer's plan, the translation's peak (on usr: a 17 MB image
+/// on top of some 50 MB of tree and plan). A small tree's image, or one where no temporary
+/// file can be made, is written in memory.
 fn write_metadata(
     tree: Tree,
     options: &WriteOptions,
     large: bool,
 ) -> squashd_erofs::Result<Vec<u8>> {
-    write_metadata_via(tree, options, &spill_dir(), large)
+    if !large {
+        return squashd_erofs::write(&tree, options);
+    }
+    write_metadata_via(tree, options, &spill_dir())
 }
 
-/// [`write_metadata`], spilling into `dir`.
+/// [`write_metadata`] of a large tree, spilling into `dir`.
 fn write_metadata_via(
     tree: Tree,
     options: &WriteOptions,
     dir: &std::path::Path,
-    large: bool,
 ) -> squashd_erofs::Result<Vec<u8>> {
     let Ok(mut spill) = tempfile::tempfile_in(dir) else {
         return squashd_erofs::write(&tree, options);
     };
     let info = squashd_erofs::write_to(&tree, options, std::io::BufWriter::new(&mut spill))?;
     drop(tree);
-    if large {
-        release_freed_memory();
-    }
+    release_freed_memory();
     let mut image = Vec::new();
     let read_back = usize::try_from(info.bytes)
         .ok()
@@ -196,11 +196,12 @@ fn write_metadata_via(
     }
 }
 
-/// Trees of this many nodes and more are worth a `malloc_trim` once freed. Below, the heap
-/// they leave is small, and the trim is not free: it advises away the free pages of every
-/// arena, and each advice flushes the TLBs of the daemon's CPUs. Three trims per image took
-/// an eighth of a serve daemon's CPU time while 69 small images attached (perf).
-pub const TRIM_FROM_NODES: usize = 8192;
+/// Trees of this many nodes and more are worth spilling their image to disk while it is
+/// written, and a `malloc_trim` once freed. Below, the heap they leave is small, and the trim
+/// is not free: it advises away the free pages of every arena, and each advice flushes the
+/// TLBs of the daemon's CPUs. Three trims per image took an eighth of a serve daemon's CPU
+/// time while 69 small images attached (perf).
+const LARGE_TREE_NODES: usize = 8192;
 
 /// Gives the pages of freed heap memory back to the system. The metadata blocks just forgotten
 /// are small allocations in the middle of the heap, which the writer's large buffers (mapped on
@@ -407,12 +408,12 @@ mod tests {
         let expected = squashd_erofs::write(&tree(), &options).unwrap();
         assert!(expected.len() > 4096);
         let dir = tempfile::tempdir().unwrap();
-        let spilled = write_metadata_via(tree(), &options, dir.path(), true).unwrap();
+        let spilled = write_metadata_via(tree(), &options, dir.path()).unwrap();
         assert!(spilled == expected, "the spilled image differs");
         // The spill file is unnamed: nothing is left in the directory.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         let missing = dir.path().join("no-such-dir");
-        let in_memory = write_metadata_via(tree(), &options, &missing, false).unwrap();
+        let in_memory = write_metadata_via(tree(), &options, &missing).unwrap();
         assert!(in_memory == expected, "the in-memory image differs");
     }
 }

@@ -104,9 +104,9 @@ fn an_appimage_is_read_without_an_offset() {
     assert!(out.status.success(), "{out:?}");
     let mounted = testkit::walk_disk(&mnt);
     let expected = testkit::walk_disk(&reference);
-    let _ = Command::new("umount").arg(&mnt).status();
+    testkit::umount(&mnt);
     if let Some(k) = kernel {
-        let _ = Command::new("umount").arg(&k).status();
+        testkit::detach(&k);
     }
     testkit::assert_records_eq(&expected, &mounted, "squashd mount of the AppImage");
 }

@@ -169,7 +169,7 @@ fn a_mount_over_http_matches_the_kernels_squashfs_of_a_local_copy() {
         testkit::umount(&mnt);
     }
     if let Some(k) = kernel {
-        let _ = Command::new("umount").arg(&k).status();
+        testkit::detach(&k);
     }
 }
 

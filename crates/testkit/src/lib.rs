@@ -122,6 +122,13 @@ pub fn umount(mnt: &std::path::Path) {
     panic!("umount {}: still busy after a second", mnt.display());
 }
 
+/// Detaches `mnt` for clean-up (`umount -l`), whatever holds it: for reference mounts a test
+/// made and no longer needs, where a busy mount must not be left behind. Errors are ignored
+/// (nothing may be mounted there).
+pub fn detach(mnt: &std::path::Path) {
+    let _ = Command::new("umount").arg("-l").arg(mnt).output();
+}
+
 /// Whether the test can make real FUSE mounts of images here (/dev/fuse, root, and the
 /// squashfs tools to build them); prints the skip line when not.
 pub fn can_mount() -> bool {

@@ -110,10 +110,13 @@ impl Built {
     pub fn new(opts: &TreeOptions) -> Built {
         let shm = Path::new("/dev/shm");
         remove_stale(shm);
+        // The pid in the name lets a later run remove what a process that is gone left: a
+        // fixture kept in a static is never dropped.
+        let prefix = format!("{STALE_PREFIX}{}-", std::process::id());
         let dir = tempfile::Builder::new()
-            .prefix("squashd-test-")
+            .prefix(&prefix)
             .tempdir_in(shm)
-            .or_else(|_| tempfile::Builder::new().prefix("squashd-test-").tempdir())
+            .or_else(|_| tempfile::Builder::new().prefix(&prefix).tempdir())
             .expect("create a temporary directory");
         let src = dir.path().join("tree");
         build_tree(&src, opts);
@@ -177,19 +180,33 @@ impl Built {
     }
 }
 
-/// Removes fixture directories that a killed test run left behind (a drop never ran): on tmpfs
-/// they hold memory until reboot. Only ones untouched for hours, so no live run loses its own.
+/// How fixture directories' names begin.
+const STALE_PREFIX: &str = "squashd-test-";
+
+/// Removes fixture directories that earlier test runs left behind (a drop never ran: the run
+/// was killed, or the fixture lived in a static): on tmpfs they hold memory until reboot.
+/// Only those whose process is gone, or untouched for hours, so no live run loses its own.
 fn remove_stale(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     let hours = std::time::Duration::from_secs(3 * 3600);
     for e in entries.flatten() {
-        let stale = e.file_name().to_string_lossy().starts_with("squashd-test-")
-            && e.metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hours));
-        if stale {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(STALE_PREFIX) else {
+            continue;
+        };
+        // squashd-test-PID-XXXXXX: its process is gone. Older names, or a pid reused since:
+        // untouched for three hours.
+        let owner_gone = rest
+            .split_once('-')
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists());
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hours));
+        if owner_gone || old {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

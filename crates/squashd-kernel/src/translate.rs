@@ -151,7 +151,7 @@ fn spill_dir() -> std::path::PathBuf {
 /// tree is freed (and the freed heap handed back): written straight into memory, it would be
 /// held beside the tree and the writer's plan, the translation's peak (on usr: a 17 MB image
 /// on top of some 50 MB of tree and plan). A small tree's image, or one where no temporary
-/// file can be made, is written in memory.
+/// file can be made or written, is written in memory.
 fn write_metadata(
     tree: Tree,
     options: &WriteOptions,
@@ -172,7 +172,12 @@ fn write_metadata_via(
     let Ok(mut spill) = tempfile::tempfile_in(dir) else {
         return squashd_erofs::write(&tree, options);
     };
-    let info = squashd_erofs::write_to(&tree, options, std::io::BufWriter::new(&mut spill))?;
+    let info = match squashd_erofs::write_to(&tree, options, std::io::BufWriter::new(&mut spill)) {
+        Ok(info) => info,
+        // The temporary file could not take it (a full disk): in memory, as without one.
+        Err(squashd_erofs::Error::Io(_)) => return squashd_erofs::write(&tree, options),
+        Err(e) => return Err(e),
+    };
     drop(tree);
     release_freed_memory();
     let mut image = Vec::new();
@@ -415,5 +420,31 @@ mod tests {
         let missing = dir.path().join("no-such-dir");
         let in_memory = write_metadata_via(tree(), &options, &missing).unwrap();
         assert!(in_memory == expected, "the in-memory image differs");
+    }
+
+    #[test]
+    fn a_full_spill_dir_writes_the_image_in_memory() {
+        if !nix::unistd::geteuid().is_root() {
+            println!("SKIPPED: a full file system to spill into needs root (a tmpfs mount)");
+            return;
+        }
+        let options = WriteOptions {
+            blob_blocks: 1000,
+            ..WriteOptions::default()
+        };
+        let expected = squashd_erofs::write(&tree(), &options).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Room for one page: the image is larger.
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=4k"),
+        )
+        .unwrap();
+        let written = write_metadata_via(tree(), &options, dir.path());
+        nix::mount::umount2(dir.path(), nix::mount::MntFlags::MNT_DETACH).unwrap();
+        assert!(written.unwrap() == expected, "the image differs");
     }
 }

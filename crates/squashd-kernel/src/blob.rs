@@ -207,9 +207,7 @@ impl Blob {
                 // Queued before this read decompresses, so both run at once.
                 self.prefetch.on_read(state, &reader, within, n as u64);
             }
-            copy_file_range(&reader, within, &mut rest[..n], |chunk| {
-                chunk < queued_until
-            })?;
+            copy_file_range(&reader, within, &mut rest[..n], queued_until)?;
             done += n;
         }
         Ok(want)
@@ -228,14 +226,14 @@ thread_local! {
 /// twice. A block read in part goes through the data cache: EROFS keeps only the part it
 /// asked for, and a random reader will soon ask for the rest. What the cache already has (a
 /// tail end's fragment block, which many small files share, or a block read ahead) is lent
-/// from it either way. So is a block `queued` says read-ahead was asked for: it may be loading
-/// into the cache right now, and the cache waits for that load where the scratch buffer would
-/// decompress the block a second time.
+/// from it either way. So is a block below `queued_until`, which read-ahead was asked for: it
+/// may be loading into the cache right now, and the cache waits for that load where the
+/// scratch buffer would decompress the block a second time.
 fn copy_file_range(
     reader: &FileReader,
     offset: u64,
     out: &mut [u8],
-    queued: impl Fn(u64) -> bool,
+    queued_until: u64,
 ) -> squashd_core::Result<()> {
     let bs = u64::from(reader.block_size().max(1));
     let mut pos = offset;
@@ -245,7 +243,7 @@ fn copy_file_range(
         let within = (pos % bs) as usize;
         let dest = &mut out[done..];
         let whole_block = within == 0 && dest.len() as u64 >= bs.min(reader.size() - pos);
-        if !whole_block || queued(index) {
+        if !whole_block || index < queued_until {
             let chunk = reader.chunk(index)?;
             let n = dest.len().min(chunk.len().saturating_sub(within));
             if n == 0 {

@@ -180,25 +180,34 @@ fn write_metadata_via(
     };
     drop(tree);
     release_freed_memory();
+    read_back(&mut spill, info.bytes).map_err(|e| {
+        squashd_erofs::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!(
+                "reading back the metadata image from {}: {e}",
+                dir.display()
+            ),
+        ))
+    })
+}
+
+/// The `len` bytes written to `spill`.
+fn read_back(spill: &mut std::fs::File, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
     let mut image = Vec::new();
-    let read_back = usize::try_from(info.bytes)
-        .ok()
-        .and_then(|len| image.try_reserve_exact(len).ok())
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))
-        .and_then(|()| {
-            use std::io::{Read, Seek};
-            spill.rewind()?;
-            spill.read_to_end(&mut image)
-        });
-    match read_back {
-        Ok(n) if n as u64 == info.bytes => Ok(image),
-        Ok(n) => Err(squashd_erofs::Error::Io(std::io::Error::other(format!(
-            "the temporary copy of the metadata image in {} holds {n} bytes of {}",
-            dir.display(),
-            info.bytes
-        )))),
-        Err(e) => Err(squashd_erofs::Error::Io(e)),
+    let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::OutOfMemory)?;
+    image
+        .try_reserve_exact(len)
+        .map_err(|_| std::io::ErrorKind::OutOfMemory)?;
+    spill.rewind()?;
+    spill.read_to_end(&mut image)?;
+    if image.len() != len {
+        return Err(std::io::Error::other(format!(
+            "it holds {} bytes of {len}",
+            image.len()
+        )));
     }
+    Ok(image)
 }
 
 /// Trees of this many nodes and more are worth spilling their image to disk while it is

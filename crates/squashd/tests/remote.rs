@@ -549,14 +549,22 @@ fn a_warm_disk_cache_answers_a_later_run_and_stays_in_its_budget() {
     assert!(!entries.is_empty());
     let victim = &entries[entries.len() / 2];
     let mut bytes = fs::read(victim).unwrap();
+    let unit = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
     fs::write(victim, bytes).unwrap();
     cat("64MiB");
-    assert_eq!(
-        server.stats().gets,
-        warm.gets + 2,
-        "the open's GET, and the damaged unit again"
+    // The open's GET of the first unit, then the damaged unit again, and nothing else. The
+    // reader and read-ahead can both come upon the damaged entry and fetch it (rarely: seen
+    // once in CI), so the damaged unit may come twice; no other unit may.
+    let after = server.stats();
+    let fetched = &after.ranges[warm.ranges.len()..];
+    let unit_start = unit << 20; // the default 1 MiB fetch unit
+    assert!(
+        (2..=3).contains(&fetched.len())
+            && fetched[0].start == 0
+            && fetched[1..].iter().all(|r| r.start == unit_start),
+        "the open's GET, and the damaged unit {unit} again: {fetched:?}"
     );
 
     // A budget smaller than the data read: the cache stays within it.

@@ -6,7 +6,8 @@ and until an `ls` of every root has ended. Medians of 5 (RUNS=N for more).
     sudo python3 bench/tools/ab_serve_start.py "" "threads=1" "ENV:MALLOC_ARENA_MAX=2"
 
 A variant is per-image mount options, ENV:NAME=VALUE for the daemon's environment, or BIN:PATH for
-another squashd binary (to compare two builds). The images
+another squashd binary (to compare two builds); the last two take the images' options after a
+`+` (BIN:/tmp/old+kernel). The images
 are those bench/run.py built in bench/work/services."""
 import glob, json, os, socket, statistics, subprocess, sys, tempfile, time
 
@@ -19,11 +20,15 @@ IMAGES = sorted(glob.glob(os.path.join(REPO, "bench", "work", "services", "*.sqf
 def run(work, variant):
     env = dict(os.environ)
     opts, binary = variant, SQUASHD
-    if variant.startswith("ENV:"):
-        name, value = variant[4:].split("=", 1)
-        env[name], opts = value, ""
-    elif variant.startswith("BIN:"):
-        binary, opts = variant[4:], ""
+    if variant.startswith(("ENV:", "BIN:")):
+        # ENV:NAME=VALUE or BIN:PATH, then optionally +OPTIONS for the images.
+        kind, rest = variant[:4], variant[4:]
+        rest, _, opts = rest.partition("+")
+        if kind == "ENV:":
+            name, value = rest.split("=", 1)
+            env[name] = value
+        else:
+            binary = rest
     lines, mounts = [f"socket = {json.dumps(os.path.join(work, 'control.sock'))}", ""], []
     for i, image in enumerate(IMAGES):
         mnt = os.path.join(work, f"m{i:02d}")

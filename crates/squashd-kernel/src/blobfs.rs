@@ -259,7 +259,10 @@ impl Filesystem for BlobFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if ino.0 == ROOT {
-            return reply.attr(&Duration::ZERO, &Self::attr(ROOT, None));
+            // The root's attributes never change either. Cached, a mount's three walks through
+            // this directory (EROFS looks the metadata image up twice and the blob once) ask
+            // nothing: with no cache each walk cost a GETATTR round trip.
+            return reply.attr(&TTL, &Self::attr(ROOT, None));
         }
         match self.files.get(ino.0) {
             Some(c) => reply.attr(&TTL, &Self::attr(ino.0, Some(&c))),
@@ -282,8 +285,13 @@ impl Filesystem for BlobFs {
         self.open
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, (ino.0, content));
+            .insert(fh, (ino.0, content.clone()));
         self.files.opened(ino.0);
+        if let BlobFsContent::Metadata(meta) = &*content {
+            // Before the kernel can read it: EROFS reads its superblock and root right after
+            // this open, and finds them in the page cache (kept: FOPEN_KEEP_CACHE).
+            self.filler.store_first_window(ino.0, meta);
+        }
         reply.opened(FileHandle(fh), fopen);
     }
 

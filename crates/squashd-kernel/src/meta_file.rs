@@ -101,6 +101,23 @@ impl PageFiller {
         self.notifier.clone()
     }
 
+    /// Stores the first window of `file` (node `node`) now, on the calling thread: for an open
+    /// of it, when the kernel knows the node and holds none of its folios, so nothing waits.
+    /// Small images (most of a boot's) then cost the kernel no read at all.
+    pub(crate) fn store_first_window(&self, node: u64, file: &MetaFile) {
+        let Some(notifier) = self.notifier.get() else {
+            return;
+        };
+        let Some((window, start, end)) = file.window_to_store(0) else {
+            return;
+        };
+        // A failed store costs only the round trips it would have saved.
+        let _ = notifier.store(INodeNo(node), start as u64, &file.bytes[start..end]);
+        if let Some(busy) = file.in_flight.get(window) {
+            busy.store(false, Ordering::Release);
+        }
+    }
+
     /// After a read of `file` (node `node`) at `offset` was answered: queue its window.
     pub(crate) fn after_read(&self, node: u64, file: &Arc<MetaFile>, offset: u64) {
         let Some((window, start, end)) = file.window_to_store(offset) else {

@@ -303,6 +303,9 @@ fn a_cold_walk_reads_the_metadata_image_a_window_at_a_time() {
     )
     .unwrap();
     let _mounted = Unmount(mnt.clone());
+    // The first window was stored when EROFS opened the image: the mount (superblock, root
+    // inode) read nothing through squashd.
+    assert_eq!(meta.reads(), 0, "the mount read its metadata image");
     let walk = || {
         let mut stack = vec![mnt.clone()];
         let mut seen = 0;

@@ -39,8 +39,13 @@ pub(crate) fn kernel_version() -> (String, (u32, u32)) {
     (release, (major, minor))
 }
 
-/// Whether this kernel mounts EROFS from regular files.
+/// Whether this kernel mounts EROFS from regular files. A yes is remembered: a daemon
+/// attaching dozens of images at boot asks once, not once per image.
 fn kernel_support() -> Result<(), String> {
+    static SUPPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SUPPORTED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
     let (release, version) = kernel_version();
     if version < (6, 12) {
         return Err(format!(
@@ -62,6 +67,7 @@ fn kernel_support() -> Result<(), String> {
             return Err("the kernel has no EROFS".into());
         }
     }
+    SUPPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 

@@ -22,6 +22,7 @@ mod mount;
 mod notify_pipe;
 mod options;
 mod readiness;
+mod real_path;
 mod remote;
 mod serve;
 mod size;

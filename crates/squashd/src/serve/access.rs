@@ -103,8 +103,7 @@ impl AccessLimits {
                 (Some(file), path)
             }
             None if privileged => {
-                let path = image
-                    .canonicalize()
+                let path = crate::real_path::resolve(image)
                     .with_context(|| format!("{}: image not found", image.display()))?;
                 let file = File::open(&path)
                     .with_context(|| format!("{}: cannot open the image", path.display()))?;
@@ -114,8 +113,7 @@ impl AccessLimits {
                 "permission denied: uid {uid} must pass the image as an open file (`squashd attach` does)"
             ),
         };
-        let mountpoint = mountpoint
-            .canonicalize()
+        let mountpoint = crate::real_path::resolve(mountpoint)
             .with_context(|| format!("{}: mount point not found", mountpoint.display()))?;
         let mount_dir = nix::fcntl::open(
             &mountpoint,

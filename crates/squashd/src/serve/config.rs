@@ -247,7 +247,7 @@ impl Place {
     fn of(mountpoint: &Path) -> Self {
         Place {
             lexical: std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf()),
-            on_disk: mountpoint.canonicalize().ok(),
+            on_disk: crate::real_path::resolve(mountpoint).ok(),
         }
     }
 

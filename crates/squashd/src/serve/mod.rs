@@ -118,16 +118,15 @@ fn reload(registry: &Registry, args: &Args) {
         .iter()
         .map(|e| {
             (
-                e.mountpoint
-                    .canonicalize()
-                    .unwrap_or_else(|_| e.mountpoint.clone()),
+                crate::real_path::resolve(&e.mountpoint).unwrap_or_else(|_| e.mountpoint.clone()),
                 e,
             )
         })
         .collect();
     for (mountpoint, image, options) in registry.attached_from_config() {
         let same = wanted.get(&mountpoint).is_some_and(|e| {
-            e.path.canonicalize().is_ok_and(|p| p == image) && e.option_list() == options
+            crate::real_path::resolve(&e.path).is_ok_and(|p| p == image)
+                && e.option_list() == options
         });
         if !same {
             match registry.detach(&crate::control::Caller::daemon(), &mountpoint, true) {

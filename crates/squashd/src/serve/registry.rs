@@ -112,7 +112,7 @@ impl Registry {
         options: &[String],
         from_config: bool,
     ) -> anyhow::Result<String> {
-        if let Ok(path) = mountpoint.canonicalize() {
+        if let Ok(path) = crate::real_path::resolve(mountpoint) {
             // Before the mount point is opened: a dead mount there would refuse that.
             clear_dead_mount(&path);
         }
@@ -240,9 +240,8 @@ impl Registry {
         mountpoint: &Path,
         lazy: bool,
     ) -> anyhow::Result<String> {
-        let key = mountpoint
-            .canonicalize()
-            .unwrap_or_else(|_| mountpoint.to_path_buf());
+        let key =
+            crate::real_path::resolve(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
         let attached = {
             let mut table = self.table();
             let entry = table

@@ -171,6 +171,13 @@ def main():
     complete = {"E1", "E2", "E3", "E4"} <= only
     if not complete:
         stem += "-" + "".join(sorted(only)).lower()
+    # A second run of the same kind on the same day gets -run2, -run3...: results already
+    # written (and cited) are never overwritten.
+    base, n = stem, 1
+    while any(os.path.exists(os.path.join(args.out, base + (f"-run{n}" if n > 1 else "") + ext))
+              for ext in (".json", ".md")):
+        n += 1
+    stem = base + (f"-run{n}" if n > 1 else "")
     with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(results, f, indent=1)
     md = report.markdown(results)
@@ -191,9 +198,9 @@ def main():
         log(f"wrote {os.path.join(args.out, stem)}.md/.json and plots (latest.* left alone: not a complete full run); "
             f"total {results['duration_seconds'] / 60:.1f} min")
         return
-    for name in os.listdir(args.out):
-        if name.startswith(stem):
-            shutil.copy(os.path.join(args.out, name), os.path.join(args.out, "latest" + name[len(stem):]))
+    for suffix in (".json", "-e1.png", "-e2.png", "-e3.png", "-e4.png"):
+        if os.path.exists(os.path.join(args.out, stem + suffix)):
+            shutil.copy(os.path.join(args.out, stem + suffix), os.path.join(args.out, "latest" + suffix))
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(md.replace(f"]({stem}-e", "](latest-e"))
     log(f"wrote {os.path.join(args.out, stem)}.md/.json and plots; total {results['duration_seconds'] / 60:.1f} min")

@@ -8,23 +8,31 @@
 //! the file's contents) and asking the kernel where that descriptor leads gives the same
 //! answer for a path that exists.
 
+use nix::fcntl::{open, OFlag};
+use nix::sys::stat::Mode;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The canonical absolute path of `path` (every symbolic link followed, no `.` or `..`), as
 /// [`std::fs::canonicalize`] gives, which it falls back to where /proc is not mounted.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::stat::Mode;
-    let fd =
-        open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(io::Error::from)?;
-    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+    open_resolved(path, OFlag::O_PATH).map(|(_, resolved)| resolved)
+}
+
+/// Opens `path` with `flags` (and `O_CLOEXEC`), following symbolic links, and returns the
+/// descriptor with the canonical path of what it opened. The path is the descriptor's, so
+/// checks made on either hold for both: no one can swap a symbolic link in between.
+pub(crate) fn open_resolved(path: &Path, flags: OFlag) -> io::Result<(OwnedFd, PathBuf)> {
+    let fd = open(path, flags | OFlag::O_CLOEXEC, Mode::empty()).map_err(io::Error::from)?;
+    let resolved = match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
         // A path the kernel reports as deleted or outside this process's root is not one
         // that can be used again: let realpath say what it says.
-        Ok(resolved) if resolved.is_absolute() && !resolved.ends_with(" (deleted)") => Ok(resolved),
-        _ => path.canonicalize(),
-    }
+        Ok(p) if p.is_absolute() && !p.as_os_str().as_bytes().ends_with(b" (deleted)") => p,
+        _ => path.canonicalize()?,
+    };
+    Ok((fd, resolved))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::control::Caller;
 use crate::options::Options;
 use anyhow::{bail, Context};
 use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::sys::stat::{fstat, SFlag};
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -103,25 +103,30 @@ impl AccessLimits {
                 (Some(file), path)
             }
             None if privileged => {
-                let path = crate::real_path::resolve(image)
-                    .with_context(|| format!("{}: image not found", image.display()))?;
-                let file = File::open(&path)
-                    .with_context(|| format!("{}: cannot open the image", path.display()))?;
-                (Some(file), path)
+                let (file, path) = crate::real_path::open_resolved(image, OFlag::O_RDONLY)
+                    .map_err(|e| {
+                        let what = match e.kind() {
+                            std::io::ErrorKind::NotFound => "image not found",
+                            _ => "cannot open the image",
+                        };
+                        anyhow::Error::new(e).context(format!("{}: {what}", image.display()))
+                    })?;
+                (Some(File::from(file)), path)
             }
             None => bail!(
                 "permission denied: uid {uid} must pass the image as an open file (`squashd attach` does)"
             ),
         };
-        let mountpoint = crate::real_path::resolve(mountpoint)
-            .with_context(|| format!("{}: mount point not found", mountpoint.display()))?;
-        let mount_dir = nix::fcntl::open(
-            &mountpoint,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("{}: mount point is not a directory", mountpoint.display()))?;
+        let (mount_dir, mountpoint) =
+            crate::real_path::open_resolved(mountpoint, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                .map_err(|e| {
+                    let what = match e.kind() {
+                        std::io::ErrorKind::NotFound => "mount point not found",
+                        std::io::ErrorKind::NotADirectory => "mount point is not a directory",
+                        _ => "cannot open the mount point",
+                    };
+                    anyhow::Error::new(e).context(format!("{}: {what}", mountpoint.display()))
+                })?;
         let mut options = options.to_vec();
         let owner = if privileged {
             None

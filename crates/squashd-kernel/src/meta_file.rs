@@ -71,6 +71,13 @@ impl MetaFile {
         let start = index * WINDOW;
         Some((index, start, (start + WINDOW).min(self.bytes.len())))
     }
+
+    /// Marks the store of window `index` ended: a later miss in it stores it again.
+    fn window_done(&self, index: usize) {
+        if let Some(busy) = self.in_flight.get(index) {
+            busy.store(false, Ordering::Release);
+        }
+    }
 }
 
 struct Job {
@@ -111,11 +118,7 @@ impl PageFiller {
         let Some((window, start, end)) = file.window_to_store(0) else {
             return;
         };
-        // A failed store costs only the round trips it would have saved.
-        let _ = notifier.store(INodeNo(node), start as u64, &file.bytes[start..end]);
-        if let Some(busy) = file.in_flight.get(window) {
-            busy.store(false, Ordering::Release);
-        }
+        store_window(notifier, node, file, window, start, end);
     }
 
     /// After a read of `file` (node `node`) at `offset` was answered: queue its window.
@@ -131,23 +134,16 @@ impl PageFiller {
                 .name("meta-store".into())
                 .spawn(move || {
                     for job in receive {
-                        if let Some(n) = notifier.get() {
-                            // A failed store costs only the round trips it would have saved.
-                            let _ = n.store(
-                                INodeNo(job.node),
-                                job.start as u64,
-                                &job.file.bytes[job.start..job.end],
-                            );
-                        }
-                        if let Some(busy) = job.file.in_flight.get(job.window) {
-                            busy.store(false, Ordering::Release);
+                        match notifier.get() {
+                            Some(n) => {
+                                store_window(n, job.node, &job.file, job.window, job.start, job.end)
+                            }
+                            None => job.file.window_done(job.window),
                         }
                     }
                 });
             if started.is_err() {
-                if let Some(busy) = file.in_flight.get(window) {
-                    busy.store(false, Ordering::Release);
-                }
+                file.window_done(window);
                 return;
             }
             *jobs = Some(send);
@@ -162,6 +158,21 @@ impl PageFiller {
             });
         }
     }
+}
+
+/// Stores bytes `start..end` of `file` (node `node`), window `window`, into the page cache, and
+/// marks that window's store ended.
+fn store_window(
+    notifier: &Notifier,
+    node: u64,
+    file: &MetaFile,
+    window: usize,
+    start: usize,
+    end: usize,
+) {
+    // A failed store costs only the round trips it would have saved.
+    let _ = notifier.store(INodeNo(node), start as u64, &file.bytes[start..end]);
+    file.window_done(window);
 }
 
 #[cfg(test)]
@@ -180,7 +191,7 @@ mod tests {
         );
         assert_eq!(file.window_to_store(3 * WINDOW as u64), None);
         // Once stored, a later miss (the page cache was dropped) stores it again.
-        file.in_flight[0].store(false, Ordering::Release);
+        file.window_done(0);
         assert_eq!(file.window_to_store(100), Some((0, 0, WINDOW)));
         assert_eq!(file.read(WINDOW as u64 * 2, 100), &[7; 10][..]);
         assert_eq!(file.reads(), 1);

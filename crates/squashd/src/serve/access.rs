@@ -65,6 +65,17 @@ pub(crate) struct Grant {
     pub(crate) owner: Option<u32>,
 }
 
+/// The error of opening `path`, the `noun` of an attach: "not found", "is not a directory", or
+/// "cannot open", with the system's reason after it.
+fn open_error(e: std::io::Error, path: &Path, noun: &str) -> anyhow::Error {
+    let what = match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{noun} not found"),
+        std::io::ErrorKind::NotADirectory => format!("{noun} is not a directory"),
+        _ => format!("cannot open the {noun}"),
+    };
+    anyhow::Error::new(e).context(format!("{}: {what}", path.display()))
+}
+
 impl AccessLimits {
     /// Checks an attach of `image` on `mountpoint` with `options` (as given, and `parsed`) by
     /// `caller`, who holds `held` images now. Opens what will be mounted; for a user, adds
@@ -104,13 +115,7 @@ impl AccessLimits {
             }
             None if privileged => {
                 let (file, path) = crate::real_path::open_resolved(image, OFlag::O_RDONLY)
-                    .map_err(|e| {
-                        let what = match e.kind() {
-                            std::io::ErrorKind::NotFound => "image not found",
-                            _ => "cannot open the image",
-                        };
-                        anyhow::Error::new(e).context(format!("{}: {what}", image.display()))
-                    })?;
+                    .map_err(|e| open_error(e, image, "image"))?;
                 (Some(File::from(file)), path)
             }
             None => bail!(
@@ -119,14 +124,7 @@ impl AccessLimits {
         };
         let (mount_dir, mountpoint) =
             crate::real_path::open_resolved(mountpoint, OFlag::O_PATH | OFlag::O_DIRECTORY)
-                .map_err(|e| {
-                    let what = match e.kind() {
-                        std::io::ErrorKind::NotFound => "mount point not found",
-                        std::io::ErrorKind::NotADirectory => "mount point is not a directory",
-                        _ => "cannot open the mount point",
-                    };
-                    anyhow::Error::new(e).context(format!("{}: {what}", mountpoint.display()))
-                })?;
+                .map_err(|e| open_error(e, mountpoint, "mount point"))?;
         let mut options = options.to_vec();
         let owner = if privileged {
             None

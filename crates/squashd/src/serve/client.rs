@@ -183,9 +183,7 @@ fn print_table(s: &Status) {
         .images
         .iter()
         .map(|i| i.mountpoint.display().to_string().chars().count())
-        .chain([28])
-        .max()
-        .unwrap_or(28);
+        .fold(28, usize::max);
     println!(
         "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
         "MOUNTPOINT",

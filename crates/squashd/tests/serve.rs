@@ -1290,3 +1290,6 @@ fn kernel_path_images_attach_detach_and_survive_a_restart() {
     assert_eq!(left.len(), 3, "{left:?}");
     restarted.terminate();
 }
+
+#[path = "serve/control_limits.rs"]
+mod control_limits;

@@ -3,11 +3,15 @@
 
 /// `eprintln!` for the daemons (`serve`, a lone mount): a log line that cannot be written (stderr
 /// a closed pipe, a journal gone) is dropped instead of panicking, which would take every
-/// mount of the process down with it.
+/// mount of the process down with it. The message is kept to one line (newlines and escape
+/// sequences in it escaped: [`quote::one_line`]), so that a name put into it cannot forge a
+/// line of its own, and written whole in one call, so that threads' lines do not interleave.
 macro_rules! log_line {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let message = format!($($arg)*);
+        let line = format!("{}\n", crate::quote::one_line(&message));
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }};
 }
 
@@ -21,6 +25,7 @@ mod logging;
 mod mount;
 mod notify_pipe;
 mod options;
+mod quote;
 mod readiness;
 mod real_path;
 mod remote;

@@ -25,9 +25,33 @@ fn mounts_under(scope: &Path) -> Vec<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     info.lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .map(|m| PathBuf::from(m.replace("\\040", " ")))
+        .map(unescape_mount_path)
         .filter(|m| m.starts_with(scope))
         .collect()
+}
+
+/// A path as /proc/self/mountinfo writes it, with its octal escapes (`\040` for a space,
+/// `\012` for a newline...) decoded.
+fn unescape_mount_path(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut path = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                path.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
+                i += 4;
+            }
+            (b, _) => {
+                path.push(b);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&path))
 }
 
 /// The mount id (first field of /proc/self/mountinfo) of the mount at `mnt`, if any.
@@ -1290,3 +1314,9 @@ fn kernel_path_images_attach_detach_and_survive_a_restart() {
     assert_eq!(left.len(), 3, "{left:?}");
     restarted.terminate();
 }
+
+#[path = "serve/control_limits.rs"]
+mod control_limits;
+
+#[path = "serve/log_quoting.rs"]
+mod log_quoting;

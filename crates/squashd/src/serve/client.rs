@@ -2,6 +2,7 @@
 
 use crate::control::protocol::{Request, Response, Status, DEFAULT_SOCKET};
 use crate::control::send_request;
+use crate::quote;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -87,11 +88,13 @@ fn call(socket: &Path, request: &Request, file: Option<&File>) -> anyhow::Result
 
 fn expect_ok(response: Response) -> anyhow::Result<()> {
     match response {
+        // The daemon's messages name paths a user chose: printed on one line, escapes and all
+        // (a daemon of another version may not have quoted them).
         Response::Ok { message } => {
-            println!("{message}");
+            println!("{}", crate::quote::one_line(&message));
             Ok(())
         }
-        Response::Error { message } => bail!("{message}"),
+        Response::Error { message } => bail!("{}", crate::quote::one_line(&message)),
         Response::Status(_) => bail!("the daemon answered with a status report"),
     }
 }
@@ -134,8 +137,10 @@ pub fn detach(args: DetachArgs) -> anyhow::Result<()> {
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let status = match call(&args.socket.path(), &Request::Status, None)? {
         Response::Status(s) => *s,
-        Response::Error { message } => bail!("{message}"),
-        Response::Ok { message } => bail!("unexpected answer: {message}"),
+        Response::Error { message } => bail!("{}", crate::quote::one_line(&message)),
+        Response::Ok { message } => {
+            bail!("unexpected answer: {}", crate::quote::one_line(&message))
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -167,7 +172,7 @@ fn print_table(s: &Status) {
     for c in &s.disk_caches {
         println!(
             "disk cache {}: {} of {} in {} entries; {} hits, {} misses, {} evicted, {} damaged",
-            c.dir.display(),
+            quote::path(&c.dir),
             mib(c.used_bytes),
             mib(c.budget_bytes),
             c.entries,
@@ -178,11 +183,12 @@ fn print_table(s: &Status) {
         );
     }
     // The mount point column is as wide as its longest entry, so that long paths keep the
-    // columns after them in line.
+    // columns after them in line. Paths are shown quoted where they need it (a user chose
+    // them; see quote.rs), as wide as they are shown.
     let width = s
         .images
         .iter()
-        .map(|i| i.mountpoint.display().to_string().chars().count())
+        .map(|i| quote::path(&i.mountpoint).to_string().chars().count())
         .fold(28, usize::max);
     println!(
         "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
@@ -200,7 +206,7 @@ fn print_table(s: &Status) {
     for i in &s.images {
         println!(
             "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
-            i.mountpoint.display(),
+            quote::path(&i.mountpoint),
             i.engine,
             mib(i.size_bytes),
             i.open_handles,
@@ -210,8 +216,8 @@ fn print_table(s: &Status) {
             i.cache.metadata.loads + i.cache.data.loads,
             mib(i.bytes_read),
             i.errors,
-            i.health,
-            i.image.display(),
+            quote::one_line(&i.health),
+            quote::path(&i.image),
             if i.private_cache { " (own cache)" } else { "" },
         );
         if let Some(r) = &i.remote {
@@ -226,7 +232,7 @@ fn print_table(s: &Status) {
                 r.units_prefetched,
                 r.disk_cache_hits,
                 r.wait_seconds,
-                r.version
+                quote::one_line(&r.version)
             );
         }
     }

@@ -92,7 +92,7 @@ fn attach_all(registry: &Registry, entries: &[config::ImageEntry]) -> usize {
                 failed += 1;
                 log_line!(
                     "squashd serve: cannot attach {}: {err:#}",
-                    e.mountpoint.display()
+                    crate::quote::path(&e.mountpoint)
                 );
             }
             // A worker panicked before it could report this image.

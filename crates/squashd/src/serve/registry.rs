@@ -174,7 +174,7 @@ impl Registry {
         let target = PathBuf::from(format!("/proc/self/fd/{}", grant.mount_dir.as_raw_fd()));
         let (engine, fell_back) = engine::choose(&parsed, grant.owner.is_none())?;
         if let Some(why) = fell_back {
-            log_line!("squashd serve: {}: {why}", mountpoint.display());
+            log_line!("squashd serve: {}: {why}", crate::quote::path(&mountpoint));
         }
         let (mounted, probe) = if engine == Engine::Kernel {
             let prepared = Prepared::new(opened.clone(), &translation_options(&opened, &parsed)?)?;
@@ -227,8 +227,8 @@ impl Registry {
         table.insert(mountpoint.clone(), attached);
         Ok(format!(
             "attached {} on {}",
-            image_path.display(),
-            mountpoint.display()
+            crate::quote::path(&image_path),
+            crate::quote::path(&mountpoint)
         ))
     }
 
@@ -268,7 +268,7 @@ impl Registry {
             bail!("{}: cannot unmount: {e}{hint}", mountpoint.display());
         }
         attached.mounted.finish(lazy, &key);
-        Ok(format!("detached {}", key.display()))
+        Ok(format!("detached {}", crate::quote::path(&key)))
     }
 
     /// Detaches every image (lazily: the daemon is going away), and the blob file system.
@@ -278,7 +278,7 @@ impl Registry {
             if let Err(e) = attached.mounted.unmount(true) {
                 log_line!(
                     "squashd serve: {}: cannot unmount: {e}",
-                    mountpoint.display()
+                    crate::quote::path(&mountpoint)
                 );
             }
         }

@@ -3,7 +3,8 @@
 # checks its file list and control data, installs it on this machine with dpkg -i (as root),
 # runs the README's mount example through the installed mount.fuse.squashd (as a command line
 # and as an fstab line), renders a man page, sources the bash completion, checks the systemd
-# unit, runs the service, then purges the package again, also on failure.
+# unit and runs the daemon under its sandbox (test-unit.sh), runs the service, then purges the
+# package again, also on failure.
 # Refuses to install over anything a package or an admin put where the package goes.
 # Exit status: 0 when every check passed or was skipped, 1 otherwise.
 set -euo pipefail
@@ -28,6 +29,7 @@ work=$(mktemp -d /tmp/squashd-test-deb.XXXXXX)
 installed=0
 mnt="$work/mnt"
 cleanup() {
+  if declare -F unit_cleanup >/dev/null; then unit_cleanup; fi
   if mountpoint -q "$mnt" 2>/dev/null; then umount -l "$mnt" || true; fi
   if [ "$installed" -eq 1 ]; then
     dpkg --purge squashd >"$work/purge.log" 2>&1 || cat "$work/purge.log" >&2
@@ -182,6 +184,8 @@ if command -v systemd-analyze >/dev/null; then
 else
   skip "systemd-analyze is missing"
 fi
+# The unit as systemd reads it, and squashd serve under its sandbox (packaging/test-unit.sh).
+source packaging/test-unit.sh
 if [ -d /run/systemd/system ]; then
   check "systemctl start squashd" systemctl start squashd
   check "squashd status answers the service" bash -c "squashd status >/dev/null"

@@ -11,8 +11,8 @@
 //!   entry open when it is evicted keeps its blocks allocated until it closes it, at most one
 //!   unit per reading thread for the time of one read.
 //! - **Least recently used out first**, by an in-memory order that every hit updates.
-//! - **Survives restarts**: names come from the object's identity (URL and ETag) and the unit's
-//!   index, so reopening finds the same units again; recency is carried by mtimes, which a hit
+//! - **Survives restarts**: names come from the object's identity (a hash of its full address
+//!   and its version, [`UnitKey::object_identity`]) and the unit's index, so reopening finds the same units again; recency is carried by mtimes, which a hit
 //!   moves forward at most once a minute (`index::TOUCH_INTERVAL`) and which order the entries
 //!   at open.
 //! - **Crash-safe without fsync**: an entry is written to a temporary file and renamed into place,
@@ -24,6 +24,11 @@
 //! - **Concurrency**: the index is behind one mutex, held only for in-memory bookkeeping; files are
 //!   read, written, renamed and unlinked with it released.
 //!
+//! - **Private**: the directories are 0700 and the files 0600, set explicitly whatever the
+//!   umask (and set again at open on a directory an older version left open to others); a
+//!   directory owned by another user is refused (`open`). Entries hold what the daemon's users
+//!   read, and a directory another user owns could be filled with forged entries by them.
+//!
 //! Errors never reach the caller of [`DiskCache::get`] or [`DiskCache::put`]: a cache that cannot
 //! be read or written misses, and says so in the log and in [`DiskCacheStats`].
 
@@ -34,6 +39,7 @@ mod stats;
 
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -41,6 +47,7 @@ use std::time::{Duration, SystemTime};
 
 use entry::{EntryId, Found};
 use index::{Index, Reservation};
+use sha2::{Digest, Sha256};
 use stats::Counters;
 pub use stats::DiskCacheStats;
 
@@ -51,12 +58,39 @@ const ROOM_WAIT: Duration = Duration::from_secs(10);
 /// Identifies a unit: its object and its index in it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct UnitKey {
-    /// The object's identity: its URL and the ETag pinned when it was opened, so that a unit of
-    /// an object since replaced is never taken for one of the new object
-    /// (e.g. `"https://host/path/image.sqfs\0\"etag\""`).
+    /// The object's identity, written in its entries' headers and logged: for a remote image,
+    /// [`UnitKey::object_identity`] of its full address and its version, so that a unit of
+    /// another object, or of an object since replaced, is never taken for one of this object.
     pub object: Arc<str>,
     /// The unit's index: its offset in the object divided by the unit size.
     pub index: u64,
+}
+
+impl UnitKey {
+    /// The identity of the object at `address` in `version` (its ETag, else its Last-Modified
+    /// and size, else its size alone): `sha256:` and 64 hex digits.
+    ///
+    /// The address is the full one, query and user information included: two addresses that
+    /// differ only there (`?img=1` and `?img=2`, two presigned URLs) may name two objects, and
+    /// a version that is only a size cannot tell them apart. The cost: an object reached by a
+    /// presigned URL whose signature changes is a new object to the cache at each new URL.
+    /// Hashed, because the full address may hold a secret (a password, a signature), and
+    /// identities are written in entry files and in log lines; the hash names the address
+    /// without revealing it. The address's length comes first, so that no two
+    /// (address, version) pairs hash the same bytes.
+    pub fn object_identity(address: &str, version: &str) -> Arc<str> {
+        let digest = Sha256::new()
+            .chain_update((address.len() as u64).to_le_bytes())
+            .chain_update(address)
+            .chain_update(version)
+            .finalize();
+        let mut identity = String::with_capacity(7 + 64);
+        identity.push_str("sha256:");
+        for byte in digest {
+            identity.push_str(&format!("{byte:02x}"));
+        }
+        identity.into()
+    }
 }
 
 /// Why a disk cache could not be opened. The message names the directory.
@@ -71,6 +105,25 @@ pub enum DiskCacheError {
         what: &'static str,
         /// The operating system's error.
         error: io::Error,
+    },
+    /// The directory (or its units directory) belongs to another user: refused, not taken over.
+    #[error(
+        "disk cache {}: {} is owned by uid {owner}, not by this process's uid {me}: another user \
+         could forge entries in it; remove it, or `chown -R {me} {}`, or give this process another \
+         cache directory",
+        dir.display(),
+        path.display(),
+        dir.display()
+    )]
+    NotOwned {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The directory found owned by another user.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// This process's effective uid.
+        me: u32,
     },
     /// Another process uses the directory.
     #[error(
@@ -219,8 +272,17 @@ impl DiskCache {
             open::TEMP_PREFIX,
             self.next_temp.fetch_add(1, Relaxed)
         ));
-        let written = File::create_new(&temp)
-            .and_then(|mut file| entry::write(&mut file, key, unit))
+        // 0600 at creation, so that it is never readable by others, then set: the umask may
+        // have taken more.
+        let written = File::options()
+            .write(true)
+            .create_new(true)
+            .mode(open::FILE_MODE)
+            .open(&temp)
+            .and_then(|mut file| {
+                open::make_private(&file, open::FILE_MODE)?;
+                entry::write(&mut file, key, unit)
+            })
             .and_then(|()| fs::rename(&temp, self.units.join(id.name())));
         match written {
             Ok(()) => self.lock().commit(id, generation, SystemTime::now()),

@@ -72,6 +72,16 @@ impl Endpoint {
         })
     }
 
+    /// The object's whole address, secrets included, for the disk cache's identity of it
+    /// (which hashes it): an HTTP URL as given, user information and query too; an S3 object's
+    /// unsigned URL, which names its endpoint, bucket and key.
+    pub fn full_address(&self) -> String {
+        match self {
+            Endpoint::Http(url) => url.clone(),
+            Endpoint::S3(object) => object.unsigned_url(),
+        }
+    }
+
     fn get_url(&self) -> String {
         match self {
             Endpoint::Http(url) => url.clone(),

@@ -61,6 +61,21 @@ impl S3Object {
         })
     }
 
+    /// The object's URL without a signature: its endpoint, bucket and key, which tell two
+    /// objects apart (two endpoints may hold a bucket of the same name).
+    pub fn unsigned_url(&self) -> String {
+        match self.bucket.object_url(&self.key) {
+            Ok(url) => url.to_string(),
+            // A key that makes no URL: the parts themselves, which the endpoint's URL begins.
+            Err(_) => format!(
+                "{}\0{}\0{}",
+                self.bucket.base_url(),
+                self.bucket.name(),
+                self.key
+            ),
+        }
+    }
+
     /// A signed URL for a GET of the object (a Range header is not part of the signature).
     pub fn get_url(&self) -> String {
         self.bucket

@@ -64,6 +64,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // the caller passed.
     let ready_fd = args.ready_fd.map(ReadyFd::take).transpose()?;
     let options = Options::parse(&args.options, &args.image)?;
+    mount_and_tell(args, options, ready_fd)
+}
+
+/// [`run`] with the options parsed by the caller (the squashfuse drop-in, whose option values
+/// may hold a comma); `args.options` is then only what `status` shows.
+pub(crate) fn run_parsed(args: Args, options: Options) -> anyhow::Result<()> {
+    let ready_fd = args.ready_fd.map(ReadyFd::take).transpose()?;
+    mount_and_tell(args, options, ready_fd)
+}
+
+/// Mounts, and tells the notify pipe of a failure.
+fn mount_and_tell(args: Args, options: Options, ready_fd: Option<ReadyFd>) -> anyhow::Result<()> {
     let notify_pipe = options.notify_pipe.clone();
     let result = mount(args, options, ready_fd);
     if let (Err(_), Some(pipe)) = (&result, notify_pipe) {

@@ -537,6 +537,16 @@ impl Options {
     /// Parses comma-separated option lists (each element may hold several) for a mount of
     /// `image`. Errors are [`UsageError`]s naming the option.
     pub(crate) fn parse(list: &[String], image: &Path) -> Result<Options, UsageError> {
+        Options::parse_each(list.iter().flat_map(|o| o.split(',')), image)
+    }
+
+    /// Parses options already split, one option per element, for a mount of `image`: a comma
+    /// in an element is part of its value (the squashfuse drop-in's `-o subdir=a\,b`, which
+    /// its own parser unescaped, must not become two options here).
+    pub(crate) fn parse_each<'a>(
+        elements: impl IntoIterator<Item = &'a str>,
+        image: &Path,
+    ) -> Result<Options, UsageError> {
         // Field by field rather than struct literals: the libraries' option structs may gain
         // fields (or become non-exhaustive) without this code changing.
         let mut options = Options {
@@ -557,11 +567,7 @@ impl Options {
                     .map_err(|e| UsageError(format!("default of {}: {e}", spec.name)))?;
             }
         }
-        for option in list
-            .iter()
-            .flat_map(|o| o.split(','))
-            .filter(|o| !o.is_empty())
-        {
+        for option in elements.into_iter().filter(|o| !o.is_empty()) {
             let (key, value) = match option.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
                 None => (option, None),

@@ -3,11 +3,13 @@
 //! mounted trees, path by path. Needs root, /dev/fuse and squashfuse_ll (`SQUASHFUSE_LL` names
 //! another build, e.g. a newer one); skipped with a printed reason otherwise.
 //!
-//! squashfuse 0.1.x exits 254 (`exit(-2)`) where 0.5 and later, and squashd, exit 2: the
-//! comparison takes the two as one ([`normalized`]). Extended attributes are compared with the
-//! kernel's squashfs mount of the image instead ([`Fixture::expected`]): squashfuse releases
-//! swap the `trusted.` and `security.` prefixes (fixed upstream in a28c1a4, 0.5.0) and answer a
-//! getxattr with another attribute's value (fixed upstream in 7681672, after 0.6.1).
+//! squashfuse_ll 0.1.x exits 254 (`exit(-2)`) on a bad command line where 0.5 and later, and
+//! squashd, exit 2: the comparison takes the two as one ([`normalized`]). squashfuse (the
+//! high-level one) exits 254 there in every release, and so does squashd as `squashfuse`.
+//! Extended attributes are compared with the kernel's squashfs mount of the image instead
+//! ([`Fixture::expected`]): squashfuse releases swap the `trusted.` and `security.` prefixes
+//! (fixed upstream in a28c1a4, 0.5.0) and answer a getxattr with another attribute's value
+//! (fixed upstream in 7681672, after 0.6.1).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -20,6 +22,10 @@ use std::time::{Duration, Instant};
 use testkit::{Built, Record, TreeOptions};
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
+
+/// Command lines that fail, and `-h`, `-V` and `-o` escapes, compared by exit status.
+#[path = "squashfuse_dropin/command_line.rs"]
+mod command_line;
 
 /// Extended attributes as testkit records them: (name, value), sorted.
 type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -127,7 +133,7 @@ impl Drop for Mounted {
     }
 }
 
-/// squashfuse 0.1.x's `exit(-2)` is 254; later versions (and squashd) exit 2.
+/// squashfuse_ll 0.1.x's `exit(-2)` is 254; later versions (and squashd) exit 2.
 fn normalized(code: i32) -> i32 {
     if code == 254 {
         2
@@ -379,60 +385,6 @@ fn notify_pipe_says_s_or_f() {
     }
 }
 
-/// The failures a caller tells apart by exit status.
-#[test]
-fn failures_exit_as_squashfuse_ll_does() {
-    let Some(fx) = fixture(100) else { return };
-    let junk = fx.built.scratch("junk");
-    fs::write(&junk, vec![0x5a; 65536]).unwrap();
-    let mnt = fx.built.scratch("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let missing = fx.built.scratch("missing-dir");
-    let image = &fx.image;
-    // (Not a regular file as the mount point: libfuse mounts on it, as a file.)
-    let cases: [(&str, Vec<OsString>, i32); 9] = [
-        ("bad image", args(&[&junk, &mnt]), 255),
-        ("missing image", args(&[&missing, &mnt]), 255),
-        ("missing mount point", args(&[image, &missing]), 2),
-        (
-            "unknown option",
-            args(&[&"-o", &"no_such_option", image, &mnt]),
-            1,
-        ),
-        ("unknown flag", args(&[&"-x", image, &mnt]), 1),
-        (
-            "bad offset value",
-            args(&[&"-o", &"offset=ten", image, &mnt]),
-            2,
-        ),
-        ("one operand too many", args(&[image, &mnt, &"extra"]), 2),
-        ("no mount point", args(&[image]), 2),
-        ("nothing", args(&[]), 2),
-    ];
-    for (what, list, expected) in cases {
-        let _guard = Mounted {
-            mnt: mnt.clone(),
-            child: None,
-        };
-        let real = run(&fx.real, &list);
-        let ours = run(&fx.ours, &list);
-        assert_eq!(
-            normalized(real.0),
-            expected,
-            "{what}: squashfuse_ll {list:?}: {}",
-            real.1
-        );
-        assert_eq!(ours.0, expected, "{what}: squashd {list:?}: {}", ours.1);
-        assert!(!is_mounted(&mnt), "{what}: mounted");
-        assert_eq!(
-            ours.1.lines().count(),
-            1,
-            "{what}: one line of error: {}",
-            ours.1
-        );
-    }
-}
-
 /// `timeout=N` unmounts after N idle seconds.
 #[test]
 fn idle_timeout_unmounts() {
@@ -448,63 +400,5 @@ fn idle_timeout_unmounts() {
             "still mounted: real {real}, ours {ours}"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// As `squashfuse` (libfuse's high-level interface): its exit statuses, and `uid=0` taken as
-/// an owner (where squashfuse_ll ignores it).
-#[test]
-fn as_squashfuse_high_level() {
-    let Some(fx) = fixture(100) else { return };
-    let Some(real) = real_program("SQUASHFUSE", "squashfuse") else {
-        testkit::skip("squashfuse is not installed (apt install squashfuse)");
-        return;
-    };
-    let ours = symlink_as(&fx.built, "squashfuse");
-    let owners = |mnt: &Path| -> Vec<(Vec<u8>, u32, u32)> {
-        testkit::walk_disk(mnt)
-            .into_iter()
-            .map(|r| (r.path, r.uid, r.gid))
-            .collect()
-    };
-    let (real_mnt, our_mnt) = (fx.built.scratch("real"), fx.built.scratch("ours"));
-    let _real = mount(&real, "uid=0,gid=0", &fx.image, &real_mnt);
-    let _ours = mount(&ours, "uid=0,gid=0", &fx.image, &our_mnt);
-    let expected = owners(&real_mnt);
-    assert!(expected.iter().all(|&(_, uid, gid)| (uid, gid) == (0, 0)));
-    assert_eq!(expected, owners(&our_mnt), "owners with uid=0,gid=0");
-
-    let junk = fx.built.scratch("junk");
-    fs::write(&junk, vec![0x5a; 65536]).unwrap();
-    let mnt = fx.built.scratch("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let missing = fx.built.scratch("missing-dir");
-    let image = &fx.image;
-    for (what, list, expected) in [
-        ("bad image", args(&[&junk, &mnt]), 255),
-        ("missing mount point", args(&[image, &missing]), 1),
-        ("no mount point", args(&[image]), 2),
-        (
-            "unknown option",
-            args(&[&"-o", &"no_such_option", image, &mnt]),
-            3,
-        ),
-        ("nothing", args(&[]), 2),
-    ] {
-        let _guard = Mounted {
-            mnt: mnt.clone(),
-            child: None,
-        };
-        let (real_code, real_err) = run(&real, &list);
-        let (our_code, our_err) = run(&ours, &list);
-        assert_eq!(
-            normalized(real_code),
-            expected,
-            "{what}: squashfuse: {real_err}"
-        );
-        assert_eq!(
-            our_code, expected,
-            "{what}: squashd as squashfuse: {our_err}"
-        );
     }
 }

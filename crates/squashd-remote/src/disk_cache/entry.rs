@@ -9,7 +9,7 @@
 //! 16  4  length of the object's identity in bytes, little-endian
 //! 20  4  length of the unit's bytes, little-endian
 //! 24  4  CRC-32C of bytes 0..24, the identity and the unit's bytes
-//! 28     the object's identity (URL and ETag), then the unit's bytes
+//! 28     the object's identity (a hash of its address and version), then the unit's bytes
 //! ```
 //!
 //! The file's name is `<32 hex digits>-<16 hex digits>`: the first 128 bits of the SHA-256 of the

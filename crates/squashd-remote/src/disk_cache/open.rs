@@ -1,6 +1,7 @@
 //! Opening a cache directory: its lock, leftovers of a crash, and the entries already there.
 
-use std::fs::{self, File};
+use std::fs::{self, File, Permissions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -14,6 +15,10 @@ use super::DiskCacheError;
 const LOCK_FILE: &str = "lock";
 /// The directory of entry files, in the cache directory.
 pub(super) const UNITS_DIR: &str = "units";
+/// The mode of the cache's directories: the daemon's user's alone.
+const DIR_MODE: u32 = 0o700;
+/// The mode of its files.
+pub(super) const FILE_MODE: u32 = 0o600;
 /// How temporary files' names start, in the directory of entry files.
 pub(super) const TEMP_PREFIX: &str = "tmp.";
 
@@ -35,13 +40,19 @@ pub(super) fn open(dir: &Path, budget: u64) -> Result<Opened, DiskCacheError> {
         let dir = dir.to_path_buf();
         move |error| DiskCacheError::Io { dir, what, error }
     };
-    fs::create_dir_all(dir).map_err(err("cannot create the directory"))?;
+    if let Some(parent) = dir.parent() {
+        // The parents get the usual modes: only the cache's own directory need be private.
+        fs::create_dir_all(parent).map_err(err("cannot create its parent directory"))?;
+    }
+    private_dir(dir, dir)?;
     let lock = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(FILE_MODE)
         .open(dir.join(LOCK_FILE))
         .map_err(err("cannot open its lock file"))?;
+    make_private(&lock, FILE_MODE).map_err(err("cannot make its lock file 0600"))?;
     match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(rustix::io::Errno::WOULDBLOCK) => {
@@ -52,7 +63,7 @@ pub(super) fn open(dir: &Path, budget: u64) -> Result<Opened, DiskCacheError> {
         Err(errno) => return Err(err("cannot lock its lock file")(errno.into())),
     }
     let units = dir.join(UNITS_DIR);
-    fs::create_dir_all(&units).map_err(err("cannot create its units directory"))?;
+    private_dir(dir, &units)?;
 
     let mut found = Vec::new();
     for item in fs::read_dir(&units).map_err(err("cannot list its units directory"))? {
@@ -86,6 +97,14 @@ pub(super) fn open(dir: &Path, budget: u64) -> Result<Opened, DiskCacheError> {
             remove(&path, "not an entry (not a file, or a length no entry has)");
             continue;
         }
+        if md.mode() & 0o7777 != FILE_MODE {
+            // Written by an older version, under the umask of its day.
+            if let Err(error) = fs::set_permissions(&path, Permissions::from_mode(FILE_MODE)) {
+                tracing::warn!("disk cache: cannot make {} 0600: {error}", path.display());
+                remove(&path, "an entry that could not be made private");
+                continue;
+            }
+        }
         found.push((
             md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             id,
@@ -105,6 +124,61 @@ pub(super) fn open(dir: &Path, budget: u64) -> Result<Opened, DiskCacheError> {
         }
     }
     Ok(Opened { lock, units, index })
+}
+
+/// Creates the directory `path` (in the cache directory `dir`) 0700 if it is not there, and
+/// makes sure it is private: owned by this process's user and 0700, whatever the umask was
+/// when it was made (an older version made it 0777 less the umask).
+///
+/// One owned by another user is refused rather than taken over: its owner can put files in it
+/// and rename those there, so entries could be forged or swapped under the daemon (their CRC is
+/// no defence: anyone can compute one); and root taking a user's directory for a cache would
+/// lock that user out of it. The error says how to fix it.
+fn private_dir(dir: &Path, path: &Path) -> Result<(), DiskCacheError> {
+    let err = |what: &'static str| {
+        let dir = dir.to_path_buf();
+        move |error| DiskCacheError::Io { dir, what, error }
+    };
+    match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(err("cannot create the directory")(error)),
+    }
+    // Checked and changed through one descriptor, so that both apply to the same directory.
+    let opened = File::open(path).map_err(err("cannot open the directory"))?;
+    let md = opened
+        .metadata()
+        .map_err(err("cannot stat the directory"))?;
+    if !md.is_dir() {
+        return Err(err("not a directory")(
+            std::io::ErrorKind::NotADirectory.into(),
+        ));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if md.uid() != me {
+        return Err(DiskCacheError::NotOwned {
+            dir: dir.to_path_buf(),
+            path: path.to_path_buf(),
+            owner: md.uid(),
+            me,
+        });
+    }
+    if md.mode() & 0o7777 != DIR_MODE {
+        tracing::info!(
+            "disk cache: {} was mode {:04o}; made 0700 (private to the daemon's user)",
+            path.display(),
+            md.mode() & 0o7777
+        );
+    }
+    make_private(&opened, DIR_MODE).map_err(err("cannot make the directory 0700"))
+}
+
+/// Sets `file`'s mode to `mode` if it is not that already.
+pub(super) fn make_private(file: &File, mode: u32) -> std::io::Result<()> {
+    if file.metadata()?.mode() & 0o7777 != mode {
+        file.set_permissions(Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 fn remove(path: &Path, why: &str) {

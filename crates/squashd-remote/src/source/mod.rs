@@ -5,7 +5,7 @@
 mod units;
 
 use crate::ahead::{Queue, Streams};
-use crate::disk_cache::DiskCache;
+use crate::disk_cache::{DiskCache, UnitKey};
 use crate::fetch::Fetcher;
 use crate::gate::Gate;
 use crate::http::{Client, Endpoint, ObjectInfo};
@@ -202,6 +202,8 @@ impl RemoteSource {
     pub fn open(location: &Location, options: &RemoteOptions) -> Result<RemoteSource, String> {
         let name = location.to_string();
         let endpoint = Endpoint::for_location(location).map_err(|e| format!("{name}: {e}"))?;
+        // Taken before the endpoint goes to the fetcher; never shown (it may hold a secret).
+        let address = endpoint.full_address();
         let counters = Arc::new(Counters::default());
         // Asked for first, so that it is on its way while the first unit is.
         let tail = (options.disk_cache.is_none() && options.open_tail_bytes > 0)
@@ -229,9 +231,9 @@ impl RemoteSource {
         let patience = (asked.elapsed() * 4).max(Duration::from_secs(1));
         let tail = tail.and_then(|answer| answer.recv_timeout(patience).ok());
         let memory_bytes = options.memory_bytes.max(2 * unit_size);
-        // The address as shown (no user, password or query: the identity is written in the
-        // disk cache's entries), and the version: a new version never reads old units.
-        let identity: Arc<str> = format!("{location}\0{}", info.version()).into();
+        // The full address (two that differ only in their query may be two objects), hashed,
+        // and the version: a new version never reads old units.
+        let identity = UnitKey::object_identity(&address, &info.version());
         let shared = Arc::new_cyclic(|me| Shared {
             name,
             info,

@@ -1,6 +1,6 @@
 //! squashfuse's command line, split as libfuse's `fuse_opt_parse` splits it: operands, the
 //! FUSE helper's flags (`-h -V -d -f -s`), and `-o` lists (`-o a,b`, `-oa,b`, repeated;
-//! a backslash escapes a comma). Everything after `--` is an operand. Nothing here knows what
+//! a backslash escapes a comma), each option unescaped once into an element of its own. Everything after `--` is an operand. Nothing here knows what
 //! an option means; that is [`super::options`].
 
 use std::ffi::OsString;
@@ -48,7 +48,7 @@ pub(super) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<CommandL
                 let list = args
                     .next()
                     .ok_or_else(|| "missing argument after `-o'".to_string())?;
-                split_list(&line_text(list)?, &mut line.options);
+                split_list(&line_text(list)?, &mut line.options)?;
             }
             "-h" | "--help" => line.help = true,
             "-V" | "--version" => line.version = true,
@@ -58,7 +58,7 @@ pub(super) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<CommandL
             // mount(8)'s "read-only" (the mount always is) and "do not write /etc/mtab",
             // which libfuse takes.
             "-r" | "-n" => {}
-            _ if text.starts_with("-o") => split_list(&text[2..], &mut line.options),
+            _ if text.starts_with("-o") => split_list(&text[2..], &mut line.options)?,
             _ => line.unknown.push(text.to_string()),
         }
     }
@@ -70,19 +70,50 @@ fn line_text(list: OsString) -> Result<String, String> {
         .map_err(|list| format!("the options {list:?} are not UTF-8"))
 }
 
-/// Appends the elements of one `-o` list: split on commas, `\,` and `\\` standing for `,` and
-/// `\` as libfuse reads them; empty elements (`-o ""`, `a,,b`) are dropped.
-fn split_list(list: &str, out: &mut Vec<String>) {
-    let mut current = String::new();
-    let mut chars = list.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => current.extend(chars.next()),
-            ',' => out.extend(Some(std::mem::take(&mut current)).filter(|o| !o.is_empty())),
-            c => current.push(c),
+/// Appends the elements of one `-o` list, read as libfuse's `fuse_opt_parse` reads it
+/// (`process_real_option_group` in lib/fuse_opt.c, libfuse 3): split on commas, a backslash
+/// taking the character after it as it is (`\,` a comma in a value, `\\` a backslash), or with
+/// three octal digits, the first 0 to 3, the byte they give (`\054` a comma too); a backslash
+/// that ends the list stays. Each element comes out once, unescaped, and is never split again
+/// (an escaped comma is part of its value). Empty elements (`-o ""`, `a,,b`) are dropped.
+fn split_list(list: &str, out: &mut Vec<String>) -> Result<(), String> {
+    let bytes = list.as_bytes();
+    let mut current = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b',' => push_element(&mut current, out)?,
+            b'\\' if at + 1 < bytes.len() => {
+                at += 1;
+                match bytes.get(at..at + 3) {
+                    Some(&[a @ b'0'..=b'3', b @ b'0'..=b'7', c @ b'0'..=b'7']) => {
+                        current.push((a - b'0') * 0o100 + (b - b'0') * 0o10 + (c - b'0'));
+                        at += 2;
+                    }
+                    _ => current.push(bytes[at]),
+                }
+            }
+            byte => current.push(byte),
         }
+        at += 1;
     }
-    out.extend(Some(current).filter(|o| !o.is_empty()));
+    push_element(&mut current, out)
+}
+
+/// Moves the element being read to `out`, unless it is empty.
+fn push_element(current: &mut Vec<u8>, out: &mut Vec<String>) -> Result<(), String> {
+    let element = std::mem::take(current);
+    if element.is_empty() {
+        return Ok(());
+    }
+    let element = String::from_utf8(element).map_err(|e| {
+        format!(
+            "the option {:?} is not UTF-8 once its escapes are read",
+            String::from_utf8_lossy(e.as_bytes())
+        )
+    })?;
+    out.push(element);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -127,6 +158,29 @@ mod tests {
     fn escaped_commas_stay_in_the_value() {
         let line = parse_str(&["-o", r"subdir=a\,b,fsname=x\\y,,allow_other"]).unwrap();
         assert_eq!(line.options, [r"subdir=a,b", r"fsname=x\y", "allow_other"]);
+        // One element, whose value holds a comma: never a second option.
+        let line = parse_str(&["-o", r"subdir=a\,allow_other", r"-osubdir=b\054nodev"]).unwrap();
+        assert_eq!(line.options, ["subdir=a,allow_other", "subdir=b,nodev"]);
+    }
+
+    #[test]
+    fn escapes_as_libfuse_reads_them() {
+        for (list, expected) in [
+            // Octal: three digits, the first 0 to 3; anything else is the character itself.
+            (r"a\101b", vec!["aAb"]),
+            (r"a\401", vec!["a401"]),
+            (r"a\08", vec!["a08"]),
+            (r"\x", vec!["x"]),
+            // A backslash that ends the list stays; one before a comma takes the comma.
+            (r"a\", vec![r"a\"]),
+            (r"a\\,b", vec![r"a\", "b"]),
+            (r",\,,", vec![","]),
+        ] {
+            let line = parse_str(&["-o", list]).unwrap();
+            assert_eq!(line.options, expected, "{list}");
+        }
+        let e = parse_str(&["-o", r"subdir=\377"]).unwrap_err();
+        assert!(e.contains("UTF-8"), "{e}");
     }
 
     #[test]

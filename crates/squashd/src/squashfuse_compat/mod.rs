@@ -3,18 +3,24 @@
 //! `squashd mount` (always on FUSE, as they do), so that what runs them (Apptainer's image
 //! driver, AppImage launchers, scripts) works unchanged.
 //!
-//! Their exit statuses are kept, as squashfuse 0.5 and later give them (checked in this order):
+//! Their exit statuses are kept, as squashfuse 0.6.2 gives them (checked in this order):
 //!
 //! | what went wrong | squashfuse_ll | squashfuse |
 //! |---|---|---|
-//! | the command line (`-h` too) | 2 | 2 |
+//! | the command line (`-h`, no ARCHIVE, an operand too many, a bad value) | 2 | 254 |
 //! | the mount point does not exist | 2 | 1 (found after the archive) |
 //! | the archive cannot be opened as an image | 255 | 255 |
 //! | no mount point given | 2 | 2 (found after the archive) |
 //! | an option unknown or refused | 1 | 3 |
 //! | the mount itself | 1 | 4 |
 //!
-//! (squashfuse 0.1.x exited 254 where later ones exit 2.)
+//! Both print their usage and `return -2` from main on a bad command line (`sqfs_usage`):
+//! `squashfuse_ll` returns `-err`, 2; `squashfuse` returns it as it is, 254. The other statuses
+//! of `squashfuse` are libfuse's `fuse_main`'s. `-V` is libfuse's: `squashfuse_ll` ignores it
+//! (alone it is a usage error, with operands it mounts); `squashfuse` opens the archive,
+//! checks the mount point if one is given, then prints the version and exits 0 without
+//! mounting (alone it is a usage error, 254). (squashfuse_ll 0.1.x exited 254 where later
+//! ones exit 2.)
 
 mod args;
 mod translate;
@@ -40,6 +46,7 @@ pub(crate) enum Flavor {
 /// The exit statuses of one flavor (see the module's table).
 struct ExitCodes {
     usage: u8,
+    no_mountpoint: u8,
     bad_mountpoint: u8,
     image: u8,
     option: u8,
@@ -51,13 +58,16 @@ impl Flavor {
         match self {
             Flavor::LowLevel => ExitCodes {
                 usage: 2,
+                no_mountpoint: 2,
                 bad_mountpoint: 2,
                 image: 255,
                 option: 1,
                 mount: 1,
             },
             Flavor::HighLevel => ExitCodes {
-                usage: 2,
+                // sqfs_usage's -2, returned from main as it is.
+                usage: 254,
+                no_mountpoint: 2,
                 bad_mountpoint: 1,
                 image: 255,
                 option: 3,
@@ -104,21 +114,26 @@ fn run(name: &str, flavor: Flavor, args: impl Iterator<Item = OsString>) -> Exit
         eprint!("{}", help(name, flavor));
         return ExitCode::from(codes.usage);
     }
-    if line.version {
-        println!(
-            "squashd {} (as {name}, taking squashfuse's command line)",
-            env!("CARGO_PKG_VERSION")
-        );
-        return ExitCode::SUCCESS;
-    }
     let translated = match translate::translate(&line.options, flavor) {
         Ok(translated) => translated,
         Err(why) => return report(name, usage(why), None),
     };
     let notify = translated.notify_pipe.clone();
     let prepared = prepare(&line, &translated, flavor, &codes);
-    let (image, mountpoint, options) = match prepared {
-        Ok(prepared) => prepared,
+    let (image, mountpoint, given, options) = match prepared {
+        Ok(Prepared::Mount {
+            image,
+            mountpoint,
+            given,
+            options,
+        }) => (image, mountpoint, given, *options),
+        Ok(Prepared::Version) => {
+            println!(
+                "squashd {} (as {name}, taking squashfuse's command line)",
+                env!("CARGO_PKG_VERSION")
+            );
+            return ExitCode::SUCCESS;
+        }
         Err(failure) => return report(name, failure, notify.as_deref()),
     };
     if translated.debug || line.debug {
@@ -130,12 +145,13 @@ fn run(name: &str, flavor: Flavor, args: impl Iterator<Item = OsString>) -> Exit
     let args = crate::mount::Args {
         image,
         mountpoint,
-        options,
+        options: given,
         foreground: line.foreground || line.debug || translated.debug,
         ready_fd: None,
     };
-    // From here on `squashd mount` tells the notify pipe itself.
-    match crate::mount::run(args) {
+    // From here on `squashd mount` tells the notify pipe itself. The options parsed here go as
+    // they are: parsing `given` again would split a value holding a comma.
+    match crate::mount::run_parsed(args, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             report_error(&e);
@@ -148,14 +164,26 @@ fn run(name: &str, flavor: Flavor, args: impl Iterator<Item = OsString>) -> Exit
     }
 }
 
-/// The checks squashfuse makes before it mounts, in its order; the image, the mount point and
-/// the options for `squashd mount`.
+/// What the command line asks for, once squashfuse's checks passed.
+enum Prepared {
+    /// Mount `image` on `mountpoint` with `options` (parsed from `given`, shown by `status`).
+    Mount {
+        image: PathBuf,
+        mountpoint: PathBuf,
+        given: Vec<String>,
+        options: Box<Options>,
+    },
+    /// `-V` as `squashfuse`: print the version, mount nothing.
+    Version,
+}
+
+/// The checks squashfuse makes before it mounts, in its order; what to do then.
 fn prepare(
     line: &args::CommandLine,
     translated: &translate::Translated,
     flavor: Flavor,
     codes: &ExitCodes,
-) -> Result<(PathBuf, PathBuf, Vec<String>), Failure> {
+) -> Result<Prepared, Failure> {
     let fail = |code: u8, why: String| Failure {
         why,
         code,
@@ -183,7 +211,9 @@ fn prepare(
         given.push("threads=1".into());
     }
     // squashd's own options that squashfuse does not have, with values squashd cannot read.
-    let options = Options::parse(&given, &image).map_err(|e| fail(codes.usage, e.to_string()))?;
+    // One option per element, as the command line's parser unescaped it.
+    let options = Options::parse_each(given.iter().map(String::as_str), &image)
+        .map_err(|e| fail(codes.usage, e.to_string()))?;
     let check_mountpoint = |mountpoint: &Path| {
         mountpoint.canonicalize().map(drop).map_err(|e| {
             let why = format!("bad mount point `{}': {e}", mountpoint.display());
@@ -194,12 +224,19 @@ fn prepare(
         check_mountpoint(mountpoint)?;
     }
     check_image(&image, &options).map_err(|e| fail(codes.image, format!("{e:#}")))?;
-    let Some(mountpoint) = mountpoint else {
-        return Err(fail(codes.usage, "no mountpoint specified".into()));
-    };
     if flavor == Flavor::HighLevel {
-        check_mountpoint(&mountpoint)?;
+        // fuse_main: the mount point (if any) is checked, then -V answered, then a missing
+        // mount point reported.
+        if let Some(mountpoint) = &mountpoint {
+            check_mountpoint(mountpoint)?;
+        }
+        if line.version {
+            return Ok(Prepared::Version);
+        }
     }
+    let Some(mountpoint) = mountpoint else {
+        return Err(fail(codes.no_mountpoint, "no mountpoint specified".into()));
+    };
     let mut rejected = line
         .unknown
         .iter()
@@ -209,7 +246,12 @@ fn prepare(
         let why = rejected.fold(first, |all, next| all + "; " + &next);
         return Err(fail(codes.option, why));
     }
-    Ok((image, mountpoint, given))
+    Ok(Prepared::Mount {
+        image,
+        mountpoint,
+        given,
+        options: Box::new(options),
+    })
 }
 
 /// Whether `image` opens as squashfuse would open it: an image at the offset given (or found),
@@ -258,11 +300,15 @@ fn help(name: &str, flavor: Flavor) -> String {
          Usage: {name} [options] ARCHIVE MOUNTPOINT\n\n\
          Options:\n\
         \x20   -h   --help            print help\n\
-        \x20   -V   --version         print version\n\
+        \x20   -V   --version         {}\n\
         \x20   -d   -o debug          enable debug output (implies -f)\n\
         \x20   -f                     foreground operation\n\
         \x20   -s                     disable multi-threaded operation\n",
-        env!("CARGO_PKG_VERSION")
+        env!("CARGO_PKG_VERSION"),
+        match flavor {
+            Flavor::LowLevel => "ignored, as squashfuse_ll ignores it",
+            Flavor::HighLevel => "print version once ARCHIVE opens, and mount nothing",
+        }
     );
     let offered =
         |spec: &&translate::SquashfuseOption| flavor == Flavor::HighLevel || !spec.high_level_only;
@@ -289,8 +335,9 @@ fn help(name: &str, flavor: Flavor) -> String {
     let _ = write!(
         text,
         "\nsquashd's own mount options (squashd mount --help) are taken too.\n\
-         Exit status: 0 mounted (or unmounted, in the foreground); 2 usage error; 255 ARCHIVE \
+         Exit status: 0 mounted (or unmounted, in the foreground); {} usage error; 255 ARCHIVE \
          is not an image; {} an option unknown or refused; {} the mount failed.\n",
+        flavor.exit_codes().usage,
         flavor.exit_codes().option,
         flavor.exit_codes().mount
     );

@@ -106,7 +106,7 @@ pub(super) const SQUASHFUSE_OPTIONS: &[SquashfuseOption] = &[
     acted("gid", Some("N"), Meaning::Translate(gid), "set file group to gid N"),
     // libfuse's command-line helper. (`-h` shows debug with -d.)
     acted("debug", None, Meaning::Translate(debug), ""),
-    acted("fsname", Some("NAME"), Meaning::Same, "the source /proc/mounts shows [default: ARCHIVE]"),
+    acted("fsname", Some("NAME"), Meaning::Translate(fsname), "the source /proc/mounts shows [default: ARCHIVE]"),
     spec("subtype", Some("VALUE"), Meaning::Ignored("a squashd mount's type is always fuse.squashd")),
     spec("clone_fd", None, Meaning::Ignored("squashd always gives each thread a /dev/fuse descriptor of its own")),
     spec("max_idle_threads", Some("VALUE"), Meaning::Ignored("squashd's request threads are a fixed pool")),
@@ -244,6 +244,19 @@ fn owner(key: &str, value: &str, flavor: Flavor, out: &mut Translated) -> Result
     Ok(())
 }
 
+/// `fsname=NAME`, refused with a comma in it (`-o fsname=a\,b`): squashd passes the name on
+/// in fusermount3's option list, where the comma would end it and start another option.
+fn fsname(value: &str, _: Flavor, out: &mut Translated) -> Result<(), String> {
+    if value.contains(',') {
+        out.rejected.push(format!(
+            "option `fsname={value}': squashd cannot pass a comma in the file system's name"
+        ));
+    } else {
+        out.squashd.push(format!("fsname={value}"));
+    }
+    Ok(())
+}
+
 fn debug(_: &str, _: Flavor, out: &mut Translated) -> Result<(), String> {
     out.debug = true;
     Ok(())
@@ -313,6 +326,18 @@ mod tests {
         assert_eq!(t.rejected.len(), 2, "{:?}", t.rejected);
         assert!(t.rejected[0].contains("unknown option `bogus'"));
         assert!(t.rejected[1].contains("blkdev") && t.rejected[1].contains("block devices"));
+    }
+
+    #[test]
+    fn a_comma_in_a_value_stays_there_or_is_refused() {
+        let options = [
+            "subdir=a,allow_other".to_string(),
+            "fsname=x,dev".to_string(),
+        ];
+        let t = translate(&options, Flavor::LowLevel).unwrap();
+        assert_eq!(t.squashd, ["subdir=a,allow_other"]);
+        assert_eq!(t.rejected.len(), 1, "{:?}", t.rejected);
+        assert!(t.rejected[0].contains("fsname=x,dev"), "{:?}", t.rejected);
     }
 
     #[test]

@@ -32,6 +32,13 @@ impl Nginx {
     /// Err gives the reason it cannot run here (not installed, would not start), for the test to
     /// print as its skip.
     pub fn serve(dir: &Path) -> Result<Nginx, String> {
+        Nginx::serve_with(dir, "")
+    }
+
+    /// [`Nginx::serve`] with `server_directives` added to the configuration's `server` block
+    /// (e.g. a `location` that answers without validators), for a test of what a server
+    /// configured so does to a client.
+    pub fn serve_with(dir: &Path, server_directives: &str) -> Result<Nginx, String> {
         let program = find_nginx()?;
         let dir = std::fs::canonicalize(dir)
             .map_err(|e| format!("cannot serve {}: {e}", dir.display()))?;
@@ -49,7 +56,7 @@ impl Nginx {
         let error_log = state.path().join("error.log");
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port().map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
-            std::fs::write(&conf, config(&state_dir, &root, port))
+            std::fs::write(&conf, config(&state_dir, &root, port, server_directives))
                 .map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
             let mut child = Command::new(&program)
                 .arg("-p")
@@ -150,7 +157,7 @@ fn config_path(path: &Path) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn config(state: &str, root: &str, port: u16) -> String {
+fn config(state: &str, root: &str, port: u16, server_directives: &str) -> String {
     format!(
         r#"daemon off;
 master_process off;
@@ -174,6 +181,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root "{root}";
+        {server_directives}
     }}
 }}
 "#

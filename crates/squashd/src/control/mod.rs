@@ -28,6 +28,8 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub(crate) struct Caller {
     /// The peer's effective uid when it connected.
     pub(crate) uid: u32,
+    /// The peer's effective gid when it connected.
+    pub(crate) gid: u32,
     /// The image file the peer opened itself and passed with an attach (SCM_RIGHTS).
     pub(crate) image: Option<File>,
 }
@@ -37,6 +39,7 @@ impl Caller {
     pub(crate) fn daemon() -> Caller {
         Caller {
             uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
             image: None,
         }
     }
@@ -100,15 +103,19 @@ fn handle(conn: UnixStream, allowed: &[u32], registry: &dyn Controller) {
     let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials);
     let response = match peer {
         Ok(cred) => {
-            let uid = cred.uid();
-            let caller = Caller { uid, image: None };
+            let (uid, gid) = (cred.uid(), cred.gid());
+            let caller = Caller {
+                uid,
+                gid,
+                image: None,
+            };
             if caller.is_privileged() || allowed.contains(&uid) {
                 match received.and_then(|(line, image)| {
                     let request =
                         serde_json::from_str::<Request>(&line).context("malformed request")?;
                     Ok((request, image))
                 }) {
-                    Ok((request, image)) => registry.dispatch(request, Caller { uid, image }),
+                    Ok((request, image)) => registry.dispatch(request, Caller { uid, gid, image }),
                     Err(e) => Response::Error {
                         message: format!("{e:#}"),
                     },

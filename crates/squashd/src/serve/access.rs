@@ -19,7 +19,8 @@
 //! - the mount is always `nosuid,nodev`; options that spend the daemon's resources or reach
 //!   other users (`suid`, `dev`, cache budgets, threads, `control=`) are refused, and
 //!   `allow_other` only where /etc/fuse.conf has `user_allow_other`, as for fusermount3;
-//! - a user detaches only what they attached, and holds at most `max_images_per_user` mounts.
+//! - a user detaches only what they attached, holds at most `max_images_per_user` mounts, and
+//!   sees in `status` only the images they attached.
 //!
 //! Root and the daemon's own user may do anything.
 

@@ -312,12 +312,17 @@ impl Registry {
         self.table().keys().cloned().collect()
     }
 
-    /// The status report.
-    pub fn status(&self) -> Status {
+    /// The status report for `caller`: every image for root, only their own for a user (the
+    /// daemon-wide figures stay).
+    pub(crate) fn status(&self, caller: &Caller) -> Status {
         let table = self.table();
+        let shown = |a: &Attached| caller.is_privileged() || a.owner == Some(caller.uid);
         status(
             &self.shared.stats(),
-            table.iter().map(|(m, a)| (m.as_path(), &a.served)),
+            table
+                .iter()
+                .filter(|(_, a)| shown(a))
+                .map(|(m, a)| (m.as_path(), &a.served)),
         )
     }
 }
@@ -331,7 +336,7 @@ impl Controller for Registry {
                 options,
             } => self.attach(caller, &image, &mountpoint, &options, false),
             Request::Detach { mountpoint, lazy } => self.detach(&caller, &mountpoint, lazy),
-            Request::Status => return Response::Status(Box::new(self.status())),
+            Request::Status => return Response::Status(Box::new(self.status(&caller))),
         };
         logged(result)
     }

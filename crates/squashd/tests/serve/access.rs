@@ -303,6 +303,52 @@ fn attach_errors_do_not_tell_whether_a_path_exists() {
     daemon.terminate();
 }
 
+/// Item 9: `status` shows a user only the images they attached; root sees all.
+#[test]
+fn status_shows_a_user_only_their_own_images() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let images = build_images(scratch.path(), 3);
+    let (_, img0, root_mnt) = &images[0];
+    let (_, img1, mnt1) = &images[1];
+    let (_, img2, mnt2) = &images[2];
+    let mut daemon = Daemon::start(
+        scratch.path(),
+        "status",
+        &format!(
+            "allow_uids = [{USER}, {OTHER}]\n{}",
+            image_entry(img0, root_mnt, "")
+        ),
+    );
+    daemon.wait_ready(Duration::from_secs(30));
+    let sock = daemon.socket.clone();
+    chown(mnt1, USER);
+    chown(mnt2, OTHER);
+    assert!(attach_as(USER, &sock, img1, mnt1, &[]).0);
+    assert!(attach_as(OTHER, &sock, img2, mnt2, &[]).0);
+    let listed = |uid: u32| -> Vec<PathBuf> {
+        let out = squashd_as(uid, &sock, &["status", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+        status["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| PathBuf::from(i["mountpoint"].as_str().unwrap()))
+            .collect()
+    };
+    assert_eq!(listed(USER), [mnt1.as_path()]);
+    assert_eq!(listed(OTHER), [mnt2.as_path()]);
+    let mut all = listed(0);
+    all.sort();
+    let mut expected = vec![root_mnt.clone(), mnt1.clone(), mnt2.clone()];
+    expected.sort();
+    assert_eq!(all, expected);
+    daemon.terminate();
+}
+
 /// The capabilities the packaged unit leaves the daemon (its `CapabilityBoundingSet=`), as
 /// setpriv's `--bounding-set` takes them.
 fn unit_bounding_set() -> String {

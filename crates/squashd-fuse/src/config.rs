@@ -31,6 +31,21 @@ pub struct MountConfig {
     /// Generic mount flags to pass on: `dev`, `suid`, `noexec`, `noatime`... The mount is
     /// always read-only, `nodev` and `nosuid` unless asked otherwise.
     pub flags: Vec<String>,
+    /// The user a privileged process mounts for (a daemon serving users): the mount then
+    /// belongs to that user as if fusermount3 had made it for them, and the kernel lets in
+    /// that user alone (others only with `allow_other`, root also with `allow_root`). None:
+    /// the mount belongs to the process that makes it.
+    pub owner: Option<MountOwner>,
+}
+
+/// Whom a mount belongs to: the kernel's FUSE `user_id` and `group_id`. Without `allow_other`
+/// it admits only processes whose real, effective and saved ids are these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountOwner {
+    /// The user's id.
+    pub uid: u32,
+    /// The user's primary group id.
+    pub gid: u32,
 }
 
 impl Default for MountConfig {
@@ -52,6 +67,7 @@ impl Default for MountConfig {
             fsname: "squashd".into(),
             idle_timeout: None,
             flags: Vec::new(),
+            owner: None,
         }
     }
 }

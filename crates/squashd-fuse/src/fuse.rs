@@ -23,12 +23,38 @@ use std::time::SystemTime;
 /// The file system as `fuser` serves it.
 pub(crate) struct FuseAdapter {
     fs: SquashFs,
+    /// `allow_root` on a mount made for this user (see owned_mount.rs): the kernel lets every
+    /// user in, and requests of users other than this one and root are refused here.
+    owner_and_root_only: Option<u32>,
 }
 
 impl FuseAdapter {
-    pub(crate) fn new(fs: SquashFs) -> Self {
-        FuseAdapter { fs }
+    /// Serves `fs`; with `owner_and_root_only`, only to that uid and root.
+    pub(crate) fn new(fs: SquashFs, owner_and_root_only: Option<u32>) -> Self {
+        FuseAdapter {
+            fs,
+            owner_and_root_only,
+        }
     }
+
+    /// Whether a request of `req`'s user is refused (`allow_root` on a user's mount). Checked
+    /// on every request that names a node or lists a directory, as libfuse's `allow_root` does,
+    /// and on `readdir` too: once the kernel stops sending `opendir` (no-opendir), a listing is
+    /// the first request another user's `ls` sends.
+    fn refused(&self, req: &Request) -> bool {
+        self.owner_and_root_only
+            .is_some_and(|owner| req.uid() != owner && req.uid() != 0)
+    }
+}
+
+/// Answers EACCES and returns from the request handler when [`FuseAdapter::refused`] says so.
+macro_rules! refuse_others {
+    ($self:ident, $req:ident, $reply:ident) => {
+        if $self.refused($req) {
+            $reply.error(Errno::EACCES);
+            return;
+        }
+    };
 }
 
 impl DirectoryReplier for ReplyDirectory {
@@ -97,28 +123,32 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        refuse_others!(self, req, reply);
         match self.fs.lookup(parent, name) {
             Ok(e) => reply.entry(&e.ttl, &e.attr, e.generation),
             Err(e) => reply.error(e.errno()),
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        refuse_others!(self, req, reply);
         match self.fs.getattr(ino) {
             Ok(a) => reply.attr(&a.ttl, &a.attr),
             Err(e) => reply.error(e.errno()),
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        refuse_others!(self, req, reply);
         match self.fs.readlink(ino) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(e.errno()),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        refuse_others!(self, req, reply);
         match self.fs.open(ino, flags) {
             Ok(o) => reply.opened(o.fh, o.flags),
             Err(e) => reply.error(e.errno()),
@@ -175,7 +205,8 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        refuse_others!(self, req, reply);
         match self.fs.opendir(ino, flags) {
             Ok(o) => reply.opened(o.fh, o.flags),
             Err(e) => reply.error(e.errno()),
@@ -184,12 +215,13 @@ impl Filesystem for FuseAdapter {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        refuse_others!(self, req, reply);
         match self.fs.readdir(ino, fh, offset, &mut reply) {
             // The directory's turn ends once the listing is sent.
             Ok(_turn) => reply.ok(),
@@ -199,12 +231,13 @@ impl Filesystem for FuseAdapter {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        refuse_others!(self, req, reply);
         match self.fs.readdirplus(ino, fh, offset, &mut reply) {
             // The directory's turn ends once the listing is sent.
             Ok(_turn) => reply.ok(),
@@ -226,7 +259,8 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        refuse_others!(self, req, reply);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -235,21 +269,24 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        refuse_others!(self, req, reply);
         match self.fs.getxattr(ino, name, size) {
             Ok(answer) => xattr_reply(reply, answer),
             Err(e) => reply.error(e.errno()),
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        refuse_others!(self, req, reply);
         match self.fs.listxattr(ino, size) {
             Ok(answer) => xattr_reply(reply, answer),
             Err(e) => reply.error(e.errno()),
         }
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        refuse_others!(self, req, reply);
         match self.fs.access(ino, mask) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),

@@ -58,13 +58,14 @@ mod handles;
 mod idle;
 mod listings;
 mod nodes;
+mod owned_mount;
 mod page_store;
 mod probe;
 mod session;
 mod tree;
 mod unmount;
 
-pub use config::MountConfig;
+pub use config::{MountConfig, MountOwner};
 pub use error::{FsError, FsResult};
 pub use fs::SquashFs;
 pub use probe::MountProbe;

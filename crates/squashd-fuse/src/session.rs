@@ -112,8 +112,23 @@ impl MountedImage {
         // but each descriptor has its own list of requests being processed, so replies from
         // different threads do not contend on one lock.
         fuse_config.clone_fd = true;
-        let session = fuser::Session::new(FuseAdapter::new(fs), target, &fuse_config)
-            .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
+        let session = match config.owner {
+            None => fuser::Session::new(FuseAdapter::new(fs, None), target, &fuse_config),
+            Some(owner) => {
+                // allow_root has no kernel form (see owned_mount.rs): the adapter keeps the
+                // users other than the owner and root out.
+                let admitted = (config.allow_root && !config.allow_other).then_some(owner.uid);
+                crate::owned_mount::session_for(
+                    FuseAdapter::new(fs, admitted),
+                    target,
+                    owner,
+                    &fuse_config.mount_options,
+                    config.allow_other || config.allow_root,
+                    &fuse_config,
+                )
+            }
+        }
+        .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
         let _ = notifier_slot.set(session.notifier());
         Ok(MountedImage {
             probe,

@@ -5,7 +5,7 @@
 //! /dev/fuse (skipped otherwise); the image is made by the real mksquashfs.
 
 use squashd_core::{Image, OpenOptions};
-use squashd_fuse::{MountConfig, MountedImage, Unmounter};
+use squashd_fuse::{MountConfig, MountOwner, MountedImage, Unmounter};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -57,8 +57,15 @@ fn image(dir: &Path) -> PathBuf {
 
 /// Whether user 65534 (nobody) can read `path`: `cat` run as that user, exit status.
 fn nobody_reads(path: &Path) -> bool {
+    reads_as(65534, path)
+}
+
+/// Whether `uid` (with gid the same, no other groups) can read `path`: `cat` run as that user.
+fn reads_as(uid: u32, path: &Path) -> bool {
     Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "cat"])
         .arg(path)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -120,6 +127,76 @@ fn the_kernel_checks_permissions_from_the_mode_bits_and_shown_owner() {
         nobody_reads(&mnt.join("dir/inner")),
         "0700 dir, shown owner"
     );
+}
+
+/// The super options (last field of /proc/self/mountinfo) of the mount at `mnt`.
+fn super_options(mnt: &Path) -> Vec<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
+        .expect("mounted");
+    let last = line.split(' ').next_back().unwrap();
+    last.split(',').map(str::to_string).collect()
+}
+
+/// A mount made for a user (a daemon's for a user who asked it) is that user's, as one
+/// fusermount3 made: the kernel admits them alone (root too is refused), others only with
+/// allow_other; allow_root lets root in besides them, and still no one else.
+#[test]
+fn a_mount_made_for_a_user_admits_that_user_alone() {
+    if !testkit::can_mount() || !testkit::have_tool("setpriv") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let image = image(dir.path());
+    let mnt = dir.path().join("mnt");
+    let owner = MountOwner {
+        uid: 65534,
+        gid: 65534,
+    };
+    // Unless the fuse module lets CAP_SYS_ADMIN in everywhere (allow_sys_admin_access).
+    let root_refused = !fs::read_to_string("/sys/module/fuse/parameters/allow_sys_admin_access")
+        .is_ok_and(|v| v.trim() == "Y");
+    let public = mnt.join("public");
+    {
+        let config = MountConfig {
+            owner: Some(owner),
+            ..MountConfig::default()
+        };
+        let _m = mount(&image, &mnt, &config);
+        let options = super_options(&mnt);
+        for want in ["user_id=65534", "group_id=65534"] {
+            assert!(options.iter().any(|o| o == want), "{want}: {options:?}");
+        }
+        assert!(!options.iter().any(|o| o == "allow_other"), "{options:?}");
+        assert!(reads_as(65534, &public), "the owner");
+        assert!(!reads_as(65533, &public), "another user");
+        if root_refused {
+            assert_eq!(errno_of(fs::read(&public)), libc::EACCES, "root");
+        }
+    }
+    {
+        let config = MountConfig {
+            owner: Some(owner),
+            allow_root: true,
+            ..MountConfig::default()
+        };
+        let _m = mount(&image, &mnt, &config);
+        assert!(reads_as(65534, &public), "the owner, allow_root");
+        assert!(fs::read(&public).is_ok(), "root, allow_root");
+        assert!(!reads_as(65533, &public), "another user, allow_root");
+    }
+    let config = MountConfig {
+        owner: Some(owner),
+        allow_other: true,
+        ..MountConfig::default()
+    };
+    let _m = mount(&image, &mnt, &config);
+    assert!(reads_as(65533, &public), "another user, allow_other");
+    assert!(!reads_as(65533, &mnt.join("private")), "0600, allow_other");
+    assert!(fs::read(&public).is_ok(), "root, allow_other");
 }
 
 #[test]

@@ -27,6 +27,61 @@ pub(crate) fn clear_dead_mount(mountpoint: &Path) {
     }
 }
 
+/// Detaches the dead squashd mount whose root `root` is open, found dead by whoever could
+/// reach it (a user's own mount refuses root, so its statfs answered ENOTCONN to that user).
+/// Unmounts through the descriptor: the mount detached is the one found, wherever its path
+/// leads by now. Returns whether it did.
+pub(crate) fn detach_dead_mount_at(root: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // An empty mask: a FUSE mount that refuses root still answers (mount id and root flag
+    // come from the mount, not the file system).
+    let Ok(stx) = rustix::fs::statx(
+        root,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::empty(),
+    ) else {
+        return false;
+    };
+    let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
+    let squashd = std::fs::read("/proc/self/mountinfo")
+        .is_ok_and(|info| mount_type(&info, stx.stx_mnt_id).as_deref() == Some(b"fuse.squashd"));
+    if !(stx.stx_attributes.contains(mount_root) && squashd) {
+        return false;
+    }
+    let through = format!("/proc/self/fd/{}", root.as_raw_fd());
+    let name = std::fs::read_link(&through).unwrap_or_default();
+    match nix::mount::umount2(through.as_str(), nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => {
+            log_line!(
+                "squashd: {}: detached a dead squashd mount left there",
+                name.display()
+            );
+            true
+        }
+        Err(e) => {
+            log_line!(
+                "squashd: {}: cannot detach the dead mount left there: {e}",
+                name.display()
+            );
+            false
+        }
+    }
+}
+
+/// The file system type of the mount numbered `id` in the mountinfo text `info`.
+fn mount_type(info: &[u8], id: u64) -> Option<Vec<u8>> {
+    let id = id.to_string();
+    info.split(|&b| b == b'\n').find_map(|line| {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        if fields.first() != Some(&id.as_bytes()) {
+            return None;
+        }
+        let separator = fields.iter().skip(6).position(|f| *f == b"-")?;
+        fields.get(7 + separator).map(|t| t.to_vec())
+    })
+}
+
 /// Detaches what a dead daemon's kernel path left behind: EROFS mounts whose metadata image
 /// lies in `blob_dir` (the daemon serving it is gone, so they would fail every read that misses
 /// the page cache), then the dead blob file system itself. Called before this daemon mounts
@@ -146,5 +201,8 @@ mod tests {
         assert!(mounts_from(info, b"fuse.squashd", b"/y").is_empty());
         assert_eq!(unescape(b"a\\04"), b"a\\04");
         assert_eq!(unescape(b"\\999x"), b"\\999x");
+        assert_eq!(mount_type(info, 613).as_deref(), Some(&b"fuse.squashd"[..]));
+        assert_eq!(mount_type(info, 22).as_deref(), Some(&b"proc"[..]));
+        assert_eq!(mount_type(info, 61), None);
     }
 }

@@ -100,3 +100,24 @@ pub(crate) fn choose(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user's mount is never the kernel path's: EROFS cannot keep other users out, and
+    /// `allow_other` is the only case where the kernel path would otherwise be chosen.
+    #[test]
+    fn a_users_mount_is_always_served_by_fuse() {
+        let parse = |o: &str| Options::parse(&[o.to_string()], "x".as_ref()).unwrap();
+        for given in ["allow_other", "allow_other,ro", "allow_root"] {
+            assert_eq!(
+                choose(&parse(given), false).unwrap(),
+                (Engine::Fuse, None),
+                "{given}"
+            );
+        }
+        let e = choose(&parse("allow_other,kernel"), false).unwrap_err();
+        assert!(e.0.contains("needs root"), "{}", e.0);
+    }
+}

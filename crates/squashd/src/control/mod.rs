@@ -46,6 +46,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Caller {
     /// The peer's effective uid when it connected.
     pub(crate) uid: u32,
+    /// The peer's effective gid when it connected.
+    pub(crate) gid: u32,
     /// The image file the peer opened itself and passed with an attach (SCM_RIGHTS).
     pub(crate) image: Option<File>,
 }
@@ -55,6 +57,7 @@ impl Caller {
     pub(crate) fn daemon() -> Caller {
         Caller {
             uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
             image: None,
         }
     }
@@ -135,8 +138,8 @@ impl Gate {
     /// that has too many connections already, costs the daemon no thread.
     fn admit(&self, conn: UnixStream) {
         let accepted = Instant::now();
-        let uid = match getsockopt(&conn, PeerCredentials) {
-            Ok(cred) => cred.uid(),
+        let (uid, gid) = match getsockopt(&conn, PeerCredentials) {
+            Ok(cred) => (cred.uid(), cred.gid()),
             Err(e) => {
                 return self.refuse(conn, format!("cannot check the peer's credentials: {e}"))
             }
@@ -162,7 +165,7 @@ impl Gate {
         let started = std::thread::Builder::new()
             .name("control-client".into())
             .spawn(move || {
-                serve(conn, uid, accepted, registry.as_ref());
+                serve(conn, uid, gid, accepted, registry.as_ref());
                 drop(ticket);
             });
         if let (Err(e), Ok(spare)) = (started, spare) {
@@ -182,15 +185,15 @@ impl Gate {
     }
 }
 
-/// Reads the request of `uid` on `conn` (by [`REQUEST_TIMEOUT`] after it was `accepted`),
+/// Reads the request of `uid` (primary group `gid`) on `conn` (by [`REQUEST_TIMEOUT`] after it was `accepted`),
 /// carries it out and writes the answer (by [`ANSWER_TIMEOUT`]).
-fn serve(conn: UnixStream, uid: u32, accepted: Instant, registry: &dyn Controller) {
+fn serve(conn: UnixStream, uid: u32, gid: u32, accepted: Instant, registry: &dyn Controller) {
     let received = wire::receive_request(&conn, Deadline::after(accepted, REQUEST_TIMEOUT));
     let response = match received.and_then(|(line, image)| {
         let request = serde_json::from_str::<Request>(&line).context("malformed request")?;
         Ok((request, image))
     }) {
-        Ok((request, image)) => registry.dispatch(request, Caller { uid, image }),
+        Ok((request, image)) => registry.dispatch(request, Caller { uid, gid, image }),
         Err(e) => Response::Error {
             message: format!("{e:#}"),
         },

@@ -5,13 +5,22 @@
 //! `fusermount3`, and less where the config narrows it:
 //! - the image is a file the user opened for reading with their own rights and passed over the
 //!   socket (SCM_RIGHTS); the daemon never opens an image path on a user's behalf;
-//! - the mount point is a directory the user owns, checked on an open descriptor of it and
-//!   mounted through that descriptor, so no rename or symlink swapped in after the check can
-//!   move the mount elsewhere;
+//! - the mount point is found with the user's own rights (in a child process that has become
+//!   the user: see as_user.rs), so an error tells nothing of paths the user cannot search;
+//!   it must be a directory the user owns, on a file system where user mounts make sense
+//!   (fusermount3's list: no /proc, /sys, cgroup or other pseudo file system), on a writable
+//!   mount, and not itself the root of a mount (mount_point.rs); it is checked on an open
+//!   descriptor and mounted through that descriptor, so no rename or symlink swapped in after
+//!   the check can move the mount elsewhere;
+//! - the mount belongs to the user as one fusermount3 made would (`user_id`/`group_id` are
+//!   theirs): the kernel lets that user in and keeps everyone else out, root included, unless
+//!   `allow_other` (or `allow_root`) is given; a user's mount is always served by FUSE, never by
+//!   the kernel path, which cannot keep anyone out;
 //! - the mount is always `nosuid,nodev`; options that spend the daemon's resources or reach
 //!   other users (`suid`, `dev`, cache budgets, threads, `control=`) are refused, and
 //!   `allow_other` only where /etc/fuse.conf has `user_allow_other`, as for fusermount3;
-//! - a user detaches only what they attached, and holds at most `max_images_per_user` mounts.
+//! - a user detaches only what they attached, holds at most `max_images_per_user` mounts, and
+//!   sees in `status` only the images they attached.
 //!
 //! Root and the daemon's own user may do anything.
 
@@ -20,6 +29,7 @@ use crate::options::Options;
 use anyhow::{bail, Context};
 use nix::fcntl::OFlag;
 use nix::sys::stat::{fstat, SFlag};
+use squashd_fuse::MountOwner;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -122,13 +132,21 @@ impl AccessLimits {
                 "permission denied: uid {uid} must pass the image as an open file (`squashd attach` does)"
             ),
         };
-        let (mount_dir, mountpoint) =
+        let user = MountOwner {
+            uid,
+            gid: caller.gid,
+        };
+        let (mount_dir, mountpoint) = if privileged {
             crate::real_path::open_resolved(mountpoint, OFlag::O_PATH | OFlag::O_DIRECTORY)
-                .map_err(|e| open_error(e, mountpoint, "mount point"))?;
+        } else {
+            super::mount_point::open_for_user(user, mountpoint)
+        }
+        .map_err(|e| open_error(e, mountpoint, "mount point"))?;
         let mut options = options.to_vec();
         let owner = if privileged {
             None
         } else {
+            super::mount_point::check_for_user(&mount_dir, &mountpoint, uid)?;
             let dir = fstat(mount_dir.as_fd())
                 .map_err(std::io::Error::from)
                 .with_context(|| format!("{}: cannot stat", mountpoint.display()))?;
@@ -163,6 +181,7 @@ impl AccessLimits {
                 .mount
                 .flags
                 .extend(["nosuid".to_string(), "nodev".to_string()]);
+            parsed.mount.owner = Some(user);
             Some(uid)
         };
         Ok(Grant {

@@ -2,8 +2,10 @@
 //! a control socket, all sharing one cache budget.
 
 mod access;
+mod as_user;
 mod client;
 mod config;
+mod mount_point;
 mod mounted;
 mod probe;
 mod prometheus;

@@ -1,6 +1,7 @@
 //! Whether a fresh mount answers: the attach probe.
 
 use crate::readiness::root_answers;
+use squashd_fuse::MountOwner;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -13,7 +14,13 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// The root's listing stays in the kernel's cache: listing all 69 E3 roots after READY=1 costs
 /// no round trip, and ready-and-listed took 58 ms instead of 68 (medians of 6).
-pub(super) fn answers(mountpoint: &Path) -> bool {
+///
+/// A mount made for a user (`owner`) is probed with that user's rights: the kernel refuses
+/// root a user's mount made without `allow_other`.
+pub(super) fn answers(mountpoint: &Path, owner: Option<MountOwner>) -> bool {
+    if let Some(owner) = owner {
+        return super::as_user::answers(owner, mountpoint, ANSWER_TIMEOUT);
+    }
     for _ in 0..2 {
         let (reply, report) = mpsc::channel();
         let sent = PROBER.with_borrow_mut(|prober| {

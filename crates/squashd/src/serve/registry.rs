@@ -112,9 +112,13 @@ impl Registry {
         options: &[String],
         from_config: bool,
     ) -> anyhow::Result<String> {
-        if let Ok(path) = crate::real_path::resolve(mountpoint) {
-            // Before the mount point is opened: a dead mount there would refuse that.
-            clear_dead_mount(&path);
+        // Before the mount point is opened: a dead mount there would refuse that. Only for
+        // root: a user's path is opened with their rights (mount_point.rs, which clears a dead
+        // mount it finds), not walked as root first.
+        if caller.is_privileged() {
+            if let Ok(path) = crate::real_path::resolve(mountpoint) {
+                clear_dead_mount(&path);
+            }
         }
         let held = self
             .table()
@@ -188,7 +192,7 @@ impl Registry {
             let mounted =
                 MountedImage::mount_through(opened.clone(), &target, &mountpoint, &parsed.mount)?;
             let started = Mounted::start_fuse(mounted)?;
-            if !answers(&mountpoint) {
+            if !answers(&mountpoint, parsed.mount.owner) {
                 started.0.abandon(&mountpoint);
                 bail!("{}: the mount does not answer", mountpoint.display());
             }
@@ -308,12 +312,17 @@ impl Registry {
         self.table().keys().cloned().collect()
     }
 
-    /// The status report.
-    pub fn status(&self) -> Status {
+    /// The status report for `caller`: every image for root, only their own for a user (the
+    /// daemon-wide figures stay).
+    pub(crate) fn status(&self, caller: &Caller) -> Status {
         let table = self.table();
+        let shown = |a: &Attached| caller.is_privileged() || a.owner == Some(caller.uid);
         status(
             &self.shared.stats(),
-            table.iter().map(|(m, a)| (m.as_path(), &a.served)),
+            table
+                .iter()
+                .filter(|(_, a)| shown(a))
+                .map(|(m, a)| (m.as_path(), &a.served)),
         )
     }
 }
@@ -327,7 +336,7 @@ impl Controller for Registry {
                 options,
             } => self.attach(caller, &image, &mountpoint, &options, false),
             Request::Detach { mountpoint, lazy } => self.detach(&caller, &mountpoint, lazy),
-            Request::Status => return Response::Status(Box::new(self.status())),
+            Request::Status => return Response::Status(Box::new(self.status(&caller))),
         };
         logged(result)
     }

@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
+#[path = "serve/unmount_identity.rs"]
+mod unmount_identity;
+
 /// Mount points under `scope`, from /proc/self/mountinfo.
 fn mounts_under(scope: &Path) -> Vec<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -92,8 +92,13 @@ impl NotOurMount {
 }
 
 impl MountPoint {
-    /// Records the mount just made on `target` (a directory, or a `/proc/self/fd/N` of one),
-    /// known as `path`. Call it right after mounting, before anyone else could unmount it.
+    /// Records the mount just made on `target`, known as `path`: `target` is either the
+    /// canonical path of the mount point or `/proc/self/fd/N`, a descriptor of the directory
+    /// mounted on (as a daemon mounts what it checked). Call it right after mounting, before
+    /// anyone else could unmount it.
+    ///
+    /// Nothing here walks from inside the new mount: a FUSE mount whose requests are not served
+    /// yet would make the walk wait for ever (a permission check of its root asks the server).
     pub fn record(target: &Path, path: &Path) -> io::Result<MountPoint> {
         let context = |e: io::Error| {
             io::Error::new(
@@ -104,32 +109,37 @@ impl MountPoint {
                 ),
             )
         };
-        // Where the mount point is: through `target` itself (a descriptor checked before
-        // mounting leads to the very directory mounted on), not through its path again. The
-        // descriptor (inside the mount, for a plain path) is closed before this returns.
-        let at = rustix::fs::open(target, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+        let (parent, name) = if target.parent() == Some(Path::new("/proc/self/fd")) {
+            // Through the descriptor, not the path again: its link leads to the very directory
+            // mounted on (a /proc/self/fd link does not cross into what is mounted there), and
+            // that directory's ".." is the directory it is in, however either is named now.
+            let parent = rustix::fs::open(
+                target.join(".."),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
             .map_err(io::Error::from)
             .map_err(context)?;
-        let here =
-            std::fs::read_link(format!("/proc/self/fd/{}", at.as_raw_fd())).map_err(context)?;
-        let name = here
-            .file_name()
-            .ok_or_else(|| {
-                context(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "a mount point without a name (the root) cannot be told apart",
-                ))
-            })?
-            .to_os_string();
-        let parent = rustix::fs::openat(
-            &at,
-            "..",
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io::Error::from)
-        .map_err(context)?;
-        drop(at);
+            // The name: it cannot change while something is mounted on it.
+            let here = std::fs::read_link(target).map_err(context)?;
+            (parent, here.file_name().map(|n| n.to_os_string()))
+        } else {
+            let dir = target.parent().unwrap_or(target);
+            let parent = rustix::fs::open(
+                dir,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(io::Error::from)
+            .map_err(context)?;
+            (parent, target.file_name().map(|n| n.to_os_string()))
+        };
+        let name = name.ok_or_else(|| {
+            context(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a mount point without a name (the root) cannot be told apart",
+            ))
+        })?;
         let found = look_up(&parent, &name).map_err(context)?;
         if !found.mount_root {
             return Err(context(io::Error::other("nothing is mounted there")));
@@ -383,6 +393,22 @@ mod tests {
         mount("tmpfs", at, "tmpfs", MountFlags::empty(), None).unwrap();
     }
 
+    /// A scratch directory whose mounts are detached, however the test ends, before it goes.
+    struct Scratch(tempfile::TempDir);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            for mnt in ["a/mnt", "b/mnt", "other/mnt"] {
+                let path = self.0.path().join(mnt);
+                while is_mounted(&path) {
+                    if rustix::mount::unmount(&path, UnmountFlags::DETACH).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether a mount root is at `path` (following it, as a user's path would be).
     fn is_mounted(path: &Path) -> bool {
         let stx = rustix::fs::statx(rustix::fs::CWD, path, AtFlags::empty(), StatxFlags::empty());
@@ -398,8 +424,8 @@ mod tests {
             eprintln!("SKIPPED: mounting a tmpfs needs root");
             return;
         }
-        let scratch = tempfile::tempdir().unwrap();
-        let dir = scratch.path();
+        let scratch = Scratch(tempfile::tempdir().unwrap());
+        let dir = scratch.0.path();
         let (ours, theirs) = (dir.join("a/mnt"), dir.join("other/mnt"));
         mount_tmpfs(&ours);
         mount_tmpfs(&theirs);

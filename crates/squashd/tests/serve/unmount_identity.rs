@@ -187,8 +187,8 @@ fn sigterm_unmounts_only_the_daemons_mounts() {
 /// over and over while `running` is set, as a user racing a detach would
 /// (renameat2(RENAME_EXCHANGE)), counting the exchanges in `flips`; leaves `~/a` the directory.
 /// `~/a` is the directory for a moment (some 5 µs), then the link for longer (30 µs): a detach
-/// that found the user's mount point under `~/a/mnt` then most likely finds root's tmpfs there
-/// when it unmounts by path, as the issue's loop did one time in five.
+/// that found the user's mount point under `~/a/mnt` is then likely to find root's tmpfs there
+/// a moment later, when it unmounts (as the daemon did, by path, before issue 23).
 fn flip(home: &Path, running: &AtomicBool, flips: &AtomicUsize) {
     let a = CString::new(home.join("a").as_os_str().as_bytes()).unwrap();
     let c = CString::new(home.join("c").as_os_str().as_bytes()).unwrap();
@@ -237,7 +237,7 @@ fn detach_racing_a_swap_unmounts_the_users_mount_or_nothing() {
     let mut daemon = Daemon::start(scratch.path(), "race", &format!("allow_uids = [{USER}]\n"));
     daemon.wait_ready(Duration::from_secs(30));
     let detach = json!({"op": "detach", "mountpoint": ground.mountpoint(), "lazy": false});
-    // A detach that answers at all, leaving root's tmpfs: Some(whether it detached).
+    // One detach, which must answer within 5 s and leave root's tmpfs: whether it detached.
     let detach_once = || {
         let answer = request_within(&daemon, &detach, Duration::from_secs(5));
         let tmpfs = ground.roots_tmpfs_mounted();

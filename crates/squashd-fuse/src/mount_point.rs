@@ -302,11 +302,15 @@ impl MountPoint {
     /// same directory, or mounted something over ours: only root, or the user who owns the
     /// directory with their own `fusermount3` mount, can mount there, and unmounting a
     /// user's own mount on their own directory gives them nothing they could not do
-    /// themselves.
+    /// themselves. Had a mount come over ours in that moment, that one went and ours is still
+    /// there: this is looked at afterwards and reported, so that no one waits for ours to end.
     fn unmount_checked(&self) -> io::Result<()> {
         let found = look_up(&self.parent, &self.name).map_err(|e| self.not_ours_if_gone(e))?;
         self.check(&found)?;
         rustix::mount::unmount(self.through_descriptor(), UnmountFlags::NOFOLLOW)?;
+        if look_up(&self.parent, &self.name).is_ok_and(|after| self.check(&after).is_ok()) {
+            return Err(io::Error::other(NotOurMount(self.path.clone())));
+        }
         Ok(())
     }
 

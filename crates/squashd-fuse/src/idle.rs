@@ -1,6 +1,7 @@
 //! The idle timeout: when the mount last served a request, and the thread that unmounts it
 //! after a quiet period.
 
+use crate::mount_point::NotOurMount;
 use crate::unmount::Unmounter;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,6 +55,7 @@ fn idle_timer(activity: &Activity, timeout: Duration, unmounter: &Unmounter, don
     let tick = timeout
         .min(Duration::from_secs(1))
         .max(Duration::from_millis(50));
+    let mut reported = false;
     while !done.load(Ordering::Relaxed) {
         std::thread::sleep(tick);
         if activity.idle_for() >= timeout && !done.load(Ordering::Relaxed) {
@@ -61,7 +63,14 @@ fn idle_timer(activity: &Activity, timeout: Duration, unmounter: &Unmounter, don
             // timer tries again after another idle period.
             match unmounter.unmount(false) {
                 Ok(()) => return,
-                Err(_) => activity.touch(),
+                Err(e) => {
+                    // Said once: the timer keeps trying, quietly, in case it comes back.
+                    if NotOurMount::is(&e) && !reported {
+                        tracing::warn!("idle timeout: {e}");
+                        reported = true;
+                    }
+                    activity.touch();
+                }
             }
         }
     }

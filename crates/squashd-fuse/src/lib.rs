@@ -35,7 +35,8 @@
 //! - `fuse`: the `fuser::Filesystem` adapter, which only turns requests into those calls and
 //!   results into replies, and answers EROFS to everything that would write.
 //! - [`MountedImage`]: the session (kernel mount options, threads, the idle timeout) and
-//!   [`unmount`].
+//!   [`Unmounter`], which unmounts the very mount made ([`MountPoint`]: not whatever the mount
+//!   point's path leads to later).
 //!
 //! What a mount gives, in POSIX terms, is written down in `doc/SEMANTICS.md` of this crate.
 //!
@@ -57,6 +58,7 @@ mod fuse;
 mod handles;
 mod idle;
 mod listings;
+mod mount_point;
 mod nodes;
 mod owned_mount;
 mod page_store;
@@ -68,6 +70,7 @@ mod unmount;
 pub use config::{MountConfig, MountOwner};
 pub use error::{FsError, FsResult};
 pub use fs::SquashFs;
+pub use mount_point::{MountPoint, NotOurMount};
 pub use probe::MountProbe;
 pub use session::{MountError, MountedImage, Serving};
-pub use unmount::{unmount, Unmounter};
+pub use unmount::Unmounter;

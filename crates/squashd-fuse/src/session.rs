@@ -5,6 +5,7 @@ use crate::config::MountConfig;
 use crate::fs::SquashFs;
 use crate::fuse::FuseAdapter;
 use crate::idle::{self, Activity};
+use crate::mount_point::MountPoint;
 use crate::probe::MountProbe;
 use crate::unmount::Unmounter;
 use fuser::{Config, MountOption, SessionACL};
@@ -35,6 +36,8 @@ pub enum MountError {
 pub struct MountedImage {
     session: fuser::Session<FuseAdapter>,
     mountpoint: PathBuf,
+    /// The mount made, to unmount it and nothing else.
+    mount: Arc<MountPoint>,
     activity: Option<Arc<Activity>>,
     idle_timeout: Option<Duration>,
     probe: MountProbe,
@@ -129,11 +132,15 @@ impl MountedImage {
             }
         }
         .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
+        // At once, before anyone could unmount it: every later unmount is of this mount.
+        let mount = MountPoint::record(target, &mountpoint)
+            .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
         let _ = notifier_slot.set(session.notifier());
         Ok(MountedImage {
             probe,
             session,
             mountpoint,
+            mount: Arc::new(mount),
             activity,
             idle_timeout: config.idle_timeout,
         })
@@ -152,7 +159,7 @@ impl MountedImage {
     /// A handle that unmounts this file system from any thread (e.g. a signal handler's).
     pub fn unmounter(&self) -> Unmounter {
         Unmounter {
-            mountpoint: self.mountpoint.clone(),
+            mount: self.mount.clone(),
         }
     }
 
@@ -203,6 +210,12 @@ pub struct Serving {
 }
 
 impl Serving {
+    /// Whether the session is over (the file system was unmounted, by squashd or anyone
+    /// else, and its last user has gone): [`Serving::wait`] then returns at once.
+    pub fn is_over(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     /// Waits until the file system is unmounted and its session threads have ended, then
     /// releases its /dev/fuse descriptor.
     pub fn wait(self) -> io::Result<()> {

@@ -8,6 +8,7 @@ use crate::meta_file::MetaFile;
 use crate::translate::{translate, OwnerOverride, TranslateError};
 use nix::mount::{MntFlags, MsFlags};
 use squashd_core::{Image, Inode};
+use squashd_fuse::MountPoint;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +90,8 @@ pub struct KernelMount {
     blobs: crate::BlobFiles,
     meta_name: String,
     blob_name: String,
-    mountpoint: PathBuf,
+    /// The EROFS mount made, to unmount it and nothing else.
+    mount: MountPoint,
     metadata: Arc<MetaFile>,
     blob: Arc<Blob>,
     stats: TranslationStats,
@@ -160,20 +162,27 @@ impl KernelPath {
             &self.blobs.path(&blob_name),
             target,
             flags,
-        );
-        if let Err(source) = mounted {
-            files.remove(&meta_name);
-            files.remove(&blob_name);
-            return Err(KernelError::Mount {
-                mountpoint: mountpoint.to_path_buf(),
-                source,
-            });
-        }
+        )
+        // At once, before anyone could unmount it: every later unmount is of this mount. This
+        // fails only if the mount went again in between (statx has given mount ids since
+        // Linux 5.8, long before EROFS mounted files), so nothing is left to unmount then.
+        .and_then(|()| MountPoint::record(target, mountpoint));
+        let mount = match mounted {
+            Ok(mount) => mount,
+            Err(source) => {
+                files.remove(&meta_name);
+                files.remove(&blob_name);
+                return Err(KernelError::Mount {
+                    mountpoint: mountpoint.to_path_buf(),
+                    source,
+                });
+            }
+        };
         Ok(KernelMount {
             blobs: files.clone(),
             meta_name,
             blob_name,
-            mountpoint: mountpoint.to_path_buf(),
+            mount,
             metadata,
             blob,
             stats,
@@ -217,7 +226,7 @@ impl Prepared {
 impl KernelMount {
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        self.mount.path()
     }
 
     /// The image it serves.
@@ -253,14 +262,10 @@ impl KernelMount {
     }
 
     /// Unmounts the EROFS mount (`lazy`: even while busy) and stops serving its files once
-    /// the kernel lets go of them.
+    /// the kernel lets go of them. Only the mount made: if the mount point leads elsewhere
+    /// now, nothing is unmounted and the error is a [`squashd_fuse::NotOurMount`].
     pub fn unmount(&self, lazy: bool) -> io::Result<()> {
-        let flags = if lazy {
-            MntFlags::MNT_DETACH
-        } else {
-            MntFlags::empty()
-        };
-        nix::mount::umount2(&self.mountpoint, flags)?;
+        self.mount.unmount(lazy)?;
         self.release();
         Ok(())
     }

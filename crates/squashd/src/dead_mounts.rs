@@ -4,17 +4,24 @@
 //! so `squashd serve` (at start and before each attach) and a kernel-path `squashd mount` clear
 //! them. Found through /proc/self/mountinfo.
 
+use squashd_fuse::MountPoint;
 use std::path::Path;
 
 /// A squashd mount whose daemon died (killed, crashed) answers everything with ENOTCONN and
 /// would block its mount point forever: a restarted daemon (systemd's Restart=on-failure)
 /// could attach nothing there. Such a mount serves no one, so it is detached.
+///
+/// The path may be a user's: the mount is found once ([`MountPoint::at`]), and what is checked
+/// (dead, and squashd's by /proc/self/mountinfo) and unmounted is that mount, by its id, not
+/// whatever the path leads to a moment later.
 pub(crate) fn clear_dead_mount(mountpoint: &Path) {
+    let Ok(found) = MountPoint::at(mountpoint) else {
+        return;
+    };
     // statfs, not stat: the kernel answers a stat of the root from attributes it keeps forever
     // (an image never changes), even once the daemon is gone; statfs always asks the daemon.
-    let dead = nix::sys::statfs::statfs(mountpoint).err() == Some(nix::errno::Errno::ENOTCONN);
-    if dead && is_fuse_mount(mountpoint) {
-        match squashd_fuse::unmount(mountpoint, true) {
+    if found.server_gone() && is_fuse_mount(found.reusable_id()) {
+        match found.unmount(true) {
             Ok(()) => log_line!(
                 "squashd: {}: detached a dead squashd mount left there",
                 mountpoint.display()
@@ -93,9 +100,19 @@ pub(crate) fn clear_dead_kernel_mounts(blob_dir: &Path) {
     };
     let mut prefix = blob_dir.as_os_str().as_bytes().to_vec();
     prefix.push(b'/');
-    for mountpoint in mounts_from(&info, b"erofs", &prefix) {
+    for (id, mountpoint) in mounts_from(&info, b"erofs", &prefix) {
         let path = Path::new(std::ffi::OsStr::from_bytes(&mountpoint));
-        match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        // That very mount, if the path still leads to it.
+        let unmounted = MountPoint::at(path).and_then(|found| {
+            if found.reusable_id() == id {
+                found.unmount(true)
+            } else {
+                Err(std::io::Error::other(
+                    "the mount point now leads to another mount",
+                ))
+            }
+        });
+        match unmounted {
             Ok(()) => log_line!(
                 "squashd: {}: detached a kernel-path mount a dead daemon left there",
                 path.display()
@@ -115,24 +132,33 @@ pub(crate) fn clear_dead_kernel_mounts(blob_dir: &Path) {
     }
 }
 
-/// Mount points of the mounts of type `fs_type` whose source starts with `source_prefix`.
-fn mounts_from(info: &[u8], fs_type: &[u8], source_prefix: &[u8]) -> Vec<Vec<u8>> {
+/// (mount id, mount point) of the mounts of type `fs_type` whose source starts with
+/// `source_prefix`.
+fn mounts_from(info: &[u8], fs_type: &[u8], source_prefix: &[u8]) -> Vec<(u64, Vec<u8>)> {
     info.split(|&b| b == b'\n')
         .filter_map(|line| {
             let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
             let separator = fields.iter().skip(6).position(|f| *f == b"-")?;
             let source = unescape(fields.get(8 + separator)?);
+            let id = std::str::from_utf8(fields[0]).ok()?.parse().ok()?;
             (fields.get(7 + separator) == Some(&fs_type) && source.starts_with(source_prefix))
-                .then(|| unescape(fields[4]))
+                .then(|| (id, unescape(fields[4])))
         })
         .collect()
 }
 
-/// Whether /proc/self/mountinfo shows a squashd mount at `path`.
-fn is_fuse_mount(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    std::fs::read("/proc/self/mountinfo")
-        .is_ok_and(|info| mountinfo_has(&info, path.as_os_str().as_bytes(), b"fuse.squashd"))
+/// Whether /proc/self/mountinfo shows the mount numbered `id` as a squashd FUSE mount.
+fn is_fuse_mount(id: u64) -> bool {
+    std::fs::read("/proc/self/mountinfo").is_ok_and(|info| {
+        info.split(|&b| b == b'\n').any(|line| {
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            let Some(separator) = fields.iter().skip(6).position(|f| *f == b"-") else {
+                return false;
+            };
+            fields[0] == id.to_string().as_bytes()
+                && fields.get(7 + separator) == Some(&&b"fuse.squashd"[..])
+        })
+    })
 }
 
 /// Whether the mountinfo text `info` has a mount of type `fs_type` on `mountpoint`.
@@ -196,7 +222,7 @@ mod tests {
         assert!(!mountinfo_has(info, b"/tmp/a", b"fuse.squashd"));
         assert_eq!(
             mounts_from(info, b"fuse.squashd", b"/x"),
-            vec![b"/tmp/a b\tc\\d".to_vec()]
+            vec![(613, b"/tmp/a b\tc\\d".to_vec())]
         );
         assert!(mounts_from(info, b"fuse.squashd", b"/y").is_empty());
         assert_eq!(unescape(b"a\\04"), b"a\\04");

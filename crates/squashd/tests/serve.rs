@@ -22,6 +22,8 @@ const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
 #[path = "serve/access.rs"]
 mod access;
+#[path = "serve/unmount_identity.rs"]
+mod unmount_identity;
 
 /// Mount points under `scope`, from /proc/self/mountinfo.
 fn mounts_under(scope: &Path) -> Vec<PathBuf> {

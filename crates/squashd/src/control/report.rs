@@ -7,9 +7,10 @@ use super::protocol::{
 use squashd_core::{CacheStats, Image, ImageStats};
 use squashd_fuse::MountProbe;
 use squashd_kernel::KernelMount;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What the report needs to know of one served image.
 pub(crate) struct ServedImage {
@@ -122,12 +123,67 @@ pub(crate) fn status<'a>(
     shared: &ImageStats,
     images: impl Iterator<Item = (&'a Path, &'a ServedImage)>,
 ) -> Status {
-    Status {
-        pid: std::process::id(),
-        rss_bytes: rss_bytes(),
-        shared_cache: tiers(shared),
-        images: images.map(|(m, s)| image_status(m, s)).collect(),
-        disk_caches: crate::remote::disk_caches()
+    snapshot(shared, images).finish()
+}
+
+/// A status report taken from memory alone, whose images' files are still to be looked at
+/// ([`Snapshot::finish`]): a daemon takes it under its registry's lock and finishes it after
+/// releasing the lock, since an image's path may lie on a file system that does not answer.
+pub(crate) struct Snapshot {
+    status: Status,
+    /// (index in `status.images`, the check of its file), for the local images.
+    files: Vec<(usize, FileCheck)>,
+}
+
+/// What the health of a local image's file at its path is checked against.
+struct FileCheck {
+    path: PathBuf,
+    file_id: Option<FileId>,
+    /// Bytes the image needs (its offset in the file, and its length).
+    needed: u64,
+}
+
+/// The report of `images` (see [`status`]) with no file-system call: each local image's health
+/// waits for [`Snapshot::finish`].
+pub(crate) fn snapshot<'a>(
+    shared: &ImageStats,
+    images: impl Iterator<Item = (&'a Path, &'a ServedImage)>,
+) -> Snapshot {
+    let mut files = Vec::new();
+    let images = images
+        .enumerate()
+        .map(|(index, (m, s))| {
+            let (image, file) = image_status(m, s);
+            if let Some(file) = file {
+                files.push((index, file));
+            }
+            image
+        })
+        .collect();
+    Snapshot {
+        status: Status {
+            pid: std::process::id(),
+            rss_bytes: rss_bytes(),
+            shared_cache: tiers(shared),
+            images,
+            disk_caches: Vec::new(),
+        },
+        files,
+    }
+}
+
+impl Snapshot {
+    /// Looks at each local image's file at its path (for at most [`FILE_CHECK_TIME`] in all)
+    /// and completes the report.
+    pub(crate) fn finish(mut self) -> Status {
+        let checked = check_files(self.files.iter().map(|(_, f)| f).collect());
+        for ((index, _), problem) in self.files.iter().zip(checked) {
+            if let (Some(image), Some(problem)) = (self.status.images.get_mut(*index), problem) {
+                // A problem of the file comes before failed reads, as the remote's does.
+                image.health = problem;
+            }
+        }
+        self.status.disk_caches = crate::remote::disk_caches()
             .into_iter()
             .map(|(dir, s)| DiskCacheStatus {
                 dir,
@@ -140,8 +196,74 @@ pub(crate) fn status<'a>(
                 evictions: s.evictions,
                 write_errors: s.write_errors,
             })
-            .collect(),
+            .collect();
+        self.status
     }
+}
+
+/// How long `status` waits for the images' files to answer a stat, in all.
+const FILE_CHECK_TIME: Duration = Duration::from_secs(1);
+
+/// Image paths whose stat has not returned yet (a hung NFS or FUSE mount): not asked again
+/// until it does, so that repeated status requests do not pile up threads stuck there.
+static UNANSWERED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// The problem of each file, in order (None: ok). The stats run on a thread of their own, and
+/// a file that has not answered within [`FILE_CHECK_TIME`] is reported as unknown: a path on
+/// a file system that hangs must not hang `status`.
+fn check_files(files: Vec<&FileCheck>) -> Vec<Option<String>> {
+    let unknown = format!(
+        "unknown: the image file's path did not answer a stat within {} s (on a file system \
+         that hangs?)",
+        FILE_CHECK_TIME.as_secs()
+    );
+    let mut problems = vec![Some(unknown); files.len()];
+    let jobs: Vec<(usize, PathBuf, Option<FileId>, u64)> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i, f.path.clone(), f.file_id, f.needed))
+        .collect();
+    if jobs.is_empty() {
+        return problems;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("status-stat".into())
+        .spawn(move || {
+            for (i, path, file_id, needed) in jobs {
+                {
+                    let mut unanswered = UNANSWERED.lock().unwrap_or_else(|e| e.into_inner());
+                    // Still stuck from an earlier request: leave it unknown.
+                    if !unanswered.insert(path.clone()) {
+                        continue;
+                    }
+                }
+                let problem = file_problem(&path, file_id, needed);
+                UNANSWERED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&path);
+                if tx.send((i, problem)).is_err() {
+                    return;
+                }
+            }
+        });
+    if spawned.is_err() {
+        return problems;
+    }
+    let deadline = Instant::now() + FILE_CHECK_TIME;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok((i, problem)) => {
+                if let Some(slot) = problems.get_mut(i) {
+                    *slot = problem;
+                }
+            }
+            // Every file answered (the thread is done), or time is up.
+            Err(_) => break,
+        }
+    }
+    problems
 }
 
 fn tier(s: &CacheStats) -> Tier {
@@ -164,7 +286,9 @@ fn tiers(s: &ImageStats) -> TierSet {
     }
 }
 
-fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
+/// The status of one image, from memory; for a local image, also what its file at its path is
+/// to be checked against (the health then says only what the reads say).
+fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option<FileCheck>) {
     let stats = served.image.stats();
     let sb = served.image.superblock();
     let needed = served.image.offset() + sb.bytes_used;
@@ -173,17 +297,22 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
     let errors = served.probe.failed_requests();
     let failed = (errors > 0 || failed_loads > 0)
         .then(|| format!("{errors} requests failed with EIO, {failed_loads} block reads failed"));
-    let health = match &served.remote {
-        Some(remote) => remote.broken().or(failed).unwrap_or_else(|| "ok".into()),
-        None => local_health(served, needed)
-            .or(failed)
-            .unwrap_or_else(|| "ok".into()),
+    let (health, file) = match &served.remote {
+        Some(remote) => (remote.broken().or(failed), None),
+        None => (
+            failed,
+            Some(FileCheck {
+                path: served.image_path.clone(),
+                file_id: served.file_id,
+                needed,
+            }),
+        ),
     };
-    ImageStatus {
+    let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
         options: served.options.clone(),
-        health,
+        health: health.unwrap_or_else(|| "ok".into()),
         engine: served.probe.engine().to_string(),
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),
@@ -197,14 +326,15 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> ImageStatus {
         private_cache: served.private_cache,
         cache: tiers(&stats),
         attached_secs: served.since.elapsed().as_secs(),
-    }
+    };
+    (status, file)
 }
 
 /// What is wrong with a local image's file at its path, if anything.
-fn local_health(served: &ServedImage, needed: u64) -> Option<String> {
-    match std::fs::metadata(&served.image_path) {
+fn file_problem(path: &Path, file_id: Option<FileId>, needed: u64) -> Option<String> {
+    match std::fs::metadata(path) {
         Err(_) => Some("image file deleted (still served from the open file)".to_string()),
-        Ok(m) if served.file_id.is_some_and(|id| id != FileId::from(&m)) => {
+        Ok(m) if file_id.is_some_and(|id| id != FileId::from(&m)) => {
             Some("image file replaced at its path: still serving the file opened at attach (detach and attach again to serve the new one)".to_string())
         }
         Ok(m) if m.len() < needed => Some(format!(

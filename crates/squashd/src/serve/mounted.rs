@@ -30,7 +30,9 @@ impl Mounted {
     }
 
     /// Unmounts; `lazy` detaches even while busy. On success the mount is gone from the
-    /// namespace; call [`Mounted::finish`] next.
+    /// namespace; call [`Mounted::finish`] next. Only the mount the daemon made: if its mount
+    /// point leads elsewhere now, nothing is unmounted and the error is a
+    /// [`squashd_fuse::NotOurMount`].
     pub(super) fn unmount(&self, lazy: bool) -> io::Result<()> {
         match self {
             Mounted::Fuse { unmounter, .. } => unmounter.unmount(lazy),
@@ -38,17 +40,32 @@ impl Mounted {
         }
     }
 
+    /// Whether the mount is gone and nothing uses it any more, however it went (the idle
+    /// timeout, or `umount` by someone else): [`Mounted::finish`] then has nothing to wait for.
+    pub(super) fn is_over(&self) -> bool {
+        match self {
+            Mounted::Fuse { serving, .. } => serving.is_over(),
+            Mounted::Kernel(k) => !k.in_use(),
+        }
+    }
+
     /// Releases what served the mount once it is unmounted: a FUSE session ends (at once, or
     /// once its last user has gone for a lazy unmount); the kernel path's files went with
     /// [`Mounted::unmount`].
     pub(super) fn finish(self, lazy: bool, name: &Path) {
-        if let Mounted::Fuse { serving, .. } = self {
-            let name = name.display().to_string();
-            if lazy {
-                let _ = serving.wait_in_background(name);
-            } else if let Err(e) = serving.wait() {
-                log_line!("squashd serve: {name}: {e}");
+        match self {
+            Mounted::Fuse { serving, .. } => {
+                let name = name.display().to_string();
+                if lazy {
+                    let _ = serving.wait_in_background(name);
+                } else if let Err(e) = serving.wait() {
+                    log_line!("squashd serve: {name}: {e}");
+                }
             }
+            // Unmounted by someone else, its files are still to be removed (at once: the
+            // kernel has let go of them).
+            Mounted::Kernel(k) if !k.in_use() => k.wait_unmounted(),
+            Mounted::Kernel(_) => {}
         }
     }
 

@@ -6,7 +6,7 @@ use super::access::AccessLimits;
 use super::mounted::Mounted;
 use super::probe::answers;
 use crate::control::protocol::{Request, Response, Status};
-use crate::control::report::{status, FileId, Probe, ServedImage};
+use crate::control::report::{snapshot, FileId, Probe, ServedImage};
 use crate::control::{Caller, Controller};
 use crate::dead_mounts::{clear_dead_kernel_mounts, clear_dead_mount};
 use crate::engine;
@@ -14,7 +14,7 @@ use crate::mount::kernel::{mount_flags, translation_options};
 use crate::options::{Engine, Options};
 use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
-use squashd_fuse::MountedImage;
+use squashd_fuse::{MountedImage, NotOurMount};
 use squashd_kernel::{KernelPath, Prepared};
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -32,11 +32,70 @@ struct Attached {
     _trace: Option<crate::remote::TraceOnDrop>,
 }
 
+/// The registry's table: the images attached, and the mount points being attached or detached.
+#[derive(Default)]
+struct Table {
+    attached: BTreeMap<PathBuf, Attached>,
+    /// Mount points an attach is mounting on, or a detach unmounting, now, with the user each
+    /// is for (None: root, or the config). They keep a second attach off the same mount point
+    /// and count against `max_images_per_user` until the image is in `attached` or gone.
+    reserved: BTreeMap<PathBuf, Option<u32>>,
+}
+
+impl Table {
+    /// How many images `uid` holds attached or is attaching.
+    fn held_by(&self, uid: u32) -> usize {
+        let attached = self.attached.values().filter(|a| a.owner == Some(uid));
+        let reserved = self.reserved.values().filter(|o| **o == Some(uid));
+        attached.count() + reserved.count()
+    }
+
+    /// Takes out the images whose mounts are over (the idle timeout, or `umount` by someone
+    /// else), to be finished outside the lock.
+    fn take_over(&mut self) -> Vec<(PathBuf, Attached)> {
+        let over: Vec<PathBuf> = self
+            .attached
+            .iter()
+            .filter(|(_, a)| a.mounted.is_over())
+            .map(|(m, _)| m.clone())
+            .collect();
+        over.into_iter()
+            .filter_map(|m| self.attached.remove_entry(&m))
+            .collect()
+    }
+}
+
+/// A mount point reserved in the table (see [`Table::reserved`]); released when dropped,
+/// unless [`Reservation::fulfil`] puts an image there.
+struct Reservation<'a> {
+    registry: &'a Registry,
+    mountpoint: Option<PathBuf>,
+}
+
+impl Reservation<'_> {
+    /// Releases the reservation and attaches `attached` in its place, in one step under the
+    /// lock (`table`), so that no one sees the user's count drop or the mount point free.
+    fn fulfil(mut self, table: &mut Table, attached: Attached) {
+        if let Some(mountpoint) = self.mountpoint.take() {
+            table.reserved.remove(&mountpoint);
+            table.attached.insert(mountpoint, attached);
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(mountpoint) = self.mountpoint.take() {
+            self.registry.table().reserved.remove(&mountpoint);
+        }
+    }
+}
+
 /// The attached images.
 pub struct Registry {
     shared: Arc<Caches>,
     limits: AccessLimits,
-    mounts: Mutex<BTreeMap<PathBuf, Attached>>,
+    mounts: Mutex<Table>,
     /// Where the kernel path's blob file system is mounted, once the first image needs it.
     blob_dir: PathBuf,
     kernel: Mutex<Option<Arc<KernelPath>>>,
@@ -53,7 +112,7 @@ impl Registry {
         Registry {
             shared,
             limits,
-            mounts: Mutex::new(BTreeMap::new()),
+            mounts: Mutex::new(Table::default()),
             blob_dir,
             kernel: Mutex::new(None),
             remote: crate::remote::RemoteSettings::default(),
@@ -96,10 +155,49 @@ impl Registry {
         Ok(started)
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, Attached>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // A panic elsewhere while holding the lock leaves the table itself consistent (every
-        // change is one insert or remove), so keep serving.
+        // change is one insert or remove, or one of each), so keep serving.
         self.mounts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the images whose mounts are over (see [`Table::take_over`]), saying so.
+    fn forget_ended(&self) {
+        let over = self.table().take_over();
+        for (mountpoint, attached) in over {
+            log_line!(
+                "squashd serve: {}: unmounted (idle timeout, or by someone else): no longer attached",
+                mountpoint.display()
+            );
+            attached.mounted.finish(false, &mountpoint);
+        }
+    }
+
+    /// Reserves `mountpoint` for an attach for `owner` (None: root or the config): refused if
+    /// an image is attached or being attached there, or if `owner` holds as many images as
+    /// `max_images_per_user` allows, counting the attaches under way.
+    fn reserve(&self, mountpoint: &Path, owner: Option<u32>) -> anyhow::Result<Reservation<'_>> {
+        let mut table = self.table();
+        if table.attached.contains_key(mountpoint) || table.reserved.contains_key(mountpoint) {
+            bail!(
+                "{}: an image is already attached there",
+                mountpoint.display()
+            );
+        }
+        if let Some(uid) = owner {
+            let held = table.held_by(uid);
+            if held >= self.limits.max_images_per_user {
+                bail!(
+                    "permission denied: uid {uid} already has {held} images attached (max_images_per_user = {})",
+                    self.limits.max_images_per_user
+                );
+            }
+        }
+        table.reserved.insert(mountpoint.to_path_buf(), owner);
+        Ok(Reservation {
+            registry: self,
+            mountpoint: Some(mountpoint.to_path_buf()),
+        })
     }
 
     /// Mounts `image` on `mountpoint` with `options` (as `squashd mount -o`) for `caller`, and
@@ -120,22 +218,17 @@ impl Registry {
                 clear_dead_mount(&path);
             }
         }
-        let held = self
-            .table()
-            .values()
-            .filter(|a| a.owner.is_some() && a.owner == Some(caller.uid))
-            .count();
+        self.forget_ended();
+        // A first count, for a quick refusal; the one that holds is the reservation's below.
+        let held = self.table().held_by(caller.uid);
         let mut parsed = Options::parse(options, image)?;
         let grant =
             self.limits
                 .check_attach(caller, image, mountpoint, options, &mut parsed, held)?;
         let (image_path, mountpoint, options) = (grant.image_path, grant.mountpoint, grant.options);
-        if self.table().contains_key(&mountpoint) {
-            bail!(
-                "{}: an image is already attached there",
-                mountpoint.display()
-            );
-        }
+        // Counted and reserved in one step before mounting: concurrent attaches cannot all
+        // pass the count and then all mount.
+        let reservation = self.reserve(&mountpoint, grant.owner)?;
         // A cache option gives the image a budget of its own (a floor and a cap at once)
         // instead of a share of the daemon's.
         let private_cache = parsed.gave_cache_budget();
@@ -219,16 +312,7 @@ impl Registry {
             from_config,
             owner: grant.owner,
         };
-        let mut table = self.table();
-        if table.contains_key(&mountpoint) {
-            drop(table);
-            attached.mounted.abandon(&mountpoint);
-            bail!(
-                "{}: an image was attached there meanwhile",
-                mountpoint.display()
-            );
-        }
-        table.insert(mountpoint.clone(), attached);
+        reservation.fulfil(&mut self.table(), attached);
         Ok(format!(
             "attached {} on {}",
             crate::quote::path(&image_path),
@@ -237,18 +321,21 @@ impl Registry {
     }
 
     /// Unmounts the image on `mountpoint` for `caller`; `lazy` detaches it even while busy. A
-    /// user other than root detaches only what they attached.
+    /// user other than root detaches only what they attached. Only the mount the daemon made
+    /// is unmounted: a mount point that leads elsewhere now is reported and nothing unmounted.
     pub(crate) fn detach(
         &self,
         caller: &Caller,
         mountpoint: &Path,
         lazy: bool,
     ) -> anyhow::Result<String> {
+        self.forget_ended();
         let key =
             crate::real_path::resolve(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
-        let attached = {
+        let (attached, reservation) = {
             let mut table = self.table();
             let entry = table
+                .attached
                 .get(&key)
                 .with_context(|| format!("{}: no image is attached there", mountpoint.display()))?;
             if !caller.is_privileged() && entry.owner != Some(caller.uid) {
@@ -258,26 +345,42 @@ impl Registry {
                     key.display()
                 );
             }
-            table
+            let attached = table
+                .attached
                 .remove(&key)
-                .context("the image went away meanwhile")?
+                .context("the image went away meanwhile")?;
+            // Reserved while it is being unmounted: no attach there meanwhile, and the owner's
+            // count unchanged until it is gone.
+            table.reserved.insert(key.clone(), attached.owner);
+            let reservation = Reservation {
+                registry: self,
+                mountpoint: Some(key.clone()),
+            };
+            (attached, reservation)
         };
         if let Err(e) = attached.mounted.unmount(lazy) {
+            reservation.fulfil(&mut self.table(), attached);
+            if NotOurMount::is(&e) {
+                // Says which mount point, and that nothing was unmounted.
+                bail!("{e}");
+            }
             let hint = if e.raw_os_error() == Some(libc::EBUSY) {
                 " (it is busy: close what uses it, or detach --lazy)"
             } else {
                 ""
             };
-            self.table().insert(key.clone(), attached);
             bail!("{}: cannot unmount: {e}{hint}", mountpoint.display());
         }
         attached.mounted.finish(lazy, &key);
+        drop(reservation);
         Ok(format!("detached {}", crate::quote::path(&key)))
     }
 
-    /// Detaches every image (lazily: the daemon is going away), and the blob file system.
+    /// Detaches every image (lazily: the daemon is going away), and the blob file system. Only
+    /// the mounts the daemon made: one whose mount point leads elsewhere now is reported and
+    /// left alone.
     pub fn detach_all(&self) {
-        let all = std::mem::take(&mut *self.table());
+        let all = std::mem::take(&mut self.table().attached);
         for (mountpoint, attached) in all {
             if let Err(e) = attached.mounted.unmount(true) {
                 log_line!(
@@ -295,6 +398,7 @@ impl Registry {
     /// (mount point, image, options) of every image attached from the config, for a reload.
     pub fn attached_from_config(&self) -> Vec<(PathBuf, PathBuf, Vec<String>)> {
         self.table()
+            .attached
             .iter()
             .filter(|(_, a)| a.from_config)
             .map(|(m, a)| {
@@ -309,21 +413,29 @@ impl Registry {
 
     /// Mount points of every attached image.
     pub fn mountpoints(&self) -> Vec<PathBuf> {
-        self.table().keys().cloned().collect()
+        self.table().attached.keys().cloned().collect()
     }
 
     /// The status report for `caller`: every image for root, only their own for a user (the
-    /// daemon-wide figures stay).
+    /// daemon-wide figures stay). Taken from memory under the lock; the images' files are
+    /// looked at after it is released, and for a bounded time (an image's path may lie on a
+    /// file system that hangs, and that must not hold up every attach and detach, nor status
+    /// itself).
     pub(crate) fn status(&self, caller: &Caller) -> Status {
-        let table = self.table();
+        self.forget_ended();
         let shown = |a: &Attached| caller.is_privileged() || a.owner == Some(caller.uid);
-        status(
-            &self.shared.stats(),
-            table
-                .iter()
-                .filter(|(_, a)| shown(a))
-                .map(|(m, a)| (m.as_path(), &a.served)),
-        )
+        let snapshot = {
+            let table = self.table();
+            snapshot(
+                &self.shared.stats(),
+                table
+                    .attached
+                    .iter()
+                    .filter(|(_, a)| shown(a))
+                    .map(|(m, a)| (m.as_path(), &a.served)),
+            )
+        };
+        snapshot.finish()
     }
 }
 

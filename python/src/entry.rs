@@ -4,7 +4,7 @@
 
 use crate::names::PathArg;
 use crate::shared::Shared;
-use crate::stat::stat_result;
+use crate::stat::{stat_result, Stat};
 use pyo3::prelude::*;
 use squashd_core::{FileKind, Inode};
 use std::sync::Arc;
@@ -108,7 +108,17 @@ impl DirEntry {
     #[pyo3(signature = (*, follow_symlinks=true))]
     fn stat<'py>(&self, py: Python<'py>, follow_symlinks: bool) -> PyResult<Bound<'py, PyAny>> {
         match self.target(py, follow_symlinks)? {
-            Some(inode) => stat_result(py, &inode, self.shared.dev),
+            Some(inode) => {
+                let image = &self.shared.image;
+                let stat = py.detach(|| Stat::of(image, inode)).map_err(|e| {
+                    crate::errors::OpError::from(e).into_pyerr(
+                        py,
+                        &self.image_name,
+                        Some(self.path.bind(py)),
+                    )
+                })?;
+                stat_result(py, &stat, self.shared.dev)
+            }
             None => Err(crate::errors::OpError::errno(libc::ENOENT).into_pyerr(
                 py,
                 &self.image_name,

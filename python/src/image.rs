@@ -10,7 +10,7 @@ use crate::names::{to_python, PathArg};
 use crate::opening::{open, DiskCacheSettings, Target};
 use crate::pysource::PySource;
 use crate::shared::Shared;
-use crate::stat::stat_result;
+use crate::stat::{stat_result, Stat};
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
@@ -274,10 +274,11 @@ impl NativeImage {
         path: &Bound<'py, PyAny>,
         follow_symlinks: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (inode, _) = self.with_path(py, path, |shared, arg| {
-            shared.resolve(&arg.bytes, follow_symlinks)
+        let (stat, _) = self.with_path(py, path, |shared, arg| {
+            let inode = shared.resolve(&arg.bytes, follow_symlinks)?;
+            Ok(Stat::of(&shared.image, inode)?)
         })?;
-        stat_result(py, &inode, self.shared()?.dev)
+        stat_result(py, &stat, self.shared()?.dev)
     }
 
     /// `os.stat_result` of `path` itself, a symlink not followed.

@@ -183,19 +183,26 @@ class Image(_NativeImage):
     ) -> Iterator[Tuple[Any, List[Any], List[Any]]]:
         """The tree below ``top`` as ``os.walk`` gives it: ``(dirpath, dirnames, filenames)``
         for each directory, parents first unless ``topdown`` is false (then ``dirnames`` may be
-        pruned in place). Errors go to ``onerror`` (ignored without it), as ``os.walk``'s do;
-        a directory reached twice without a symlink (a corrupt image's cycle) is reported
-        there as ``OSError(EIO)`` and not entered again."""
+        pruned in place). Errors go to ``onerror`` (ignored without it), as ``os.walk``'s do; a
+        directory inside itself (a corrupt image's cycle, or a symlink followed back up) is
+        reported there as ``OSError`` and not entered again, where ``os.walk`` would go on
+        forever."""
         top = os.fspath(top)
-        seen: set = set()
-        stack: List[Any] = [top]
+        try:
+            top_ino = self.stat(top).st_ino
+        except OSError:
+            top_ino = None
+        # Each directory to visit with the inode numbers of the directories above it: one
+        # that is its own ancestor is a cycle (symlinks followed or not).
+        stack: List[Any] = [(top, frozenset([top_ino]))]
         while stack:
             item = stack.pop()
-            if isinstance(item, tuple):
+            if len(item) == 3:
                 yield item
                 continue
+            path, ancestors = item
             try:
-                entries = self._scandir(item)
+                entries = self._scandir(path)
             except OSError as error:
                 if onerror is not None:
                     onerror(error)
@@ -212,32 +219,34 @@ class Image(_NativeImage):
                     nondirs.append(entry.name)
                     continue
                 dirs.append(entry.name)
-                if entry.is_symlink():
-                    if followlinks:
-                        into.append((entry.name, entry.path))
+                if entry.is_symlink() and not followlinks:
                     continue
-                number = entry.inode()
-                if number in seen:
+                try:
+                    number = entry.stat().st_ino
+                except OSError as error:
+                    if onerror is not None:
+                        onerror(error)
+                    continue
+                if number in ancestors:
                     if onerror is not None:
                         onerror(
                             OSError(
-                                _errno.EIO,
-                                f"{self.name}: corrupt image: directory inode {number} "
-                                "is reached twice",
+                                _errno.ELOOP if entry.is_symlink() else _errno.EIO,
+                                f"{self.name}: directory inode {number} is inside itself"
+                                + ("" if entry.is_symlink() else " (a corrupt image)"),
                                 entry.path,
                             )
                         )
                     continue
-                seen.add(number)
-                into.append((entry.name, entry.path))
+                into.append((entry.name, entry.path, ancestors | {number}))
             if topdown:
-                yield item, dirs, nondirs
+                yield path, dirs, nondirs
                 # The caller may have pruned `dirs`.
                 kept = set(dirs)
-                stack.extend(path for name, path in reversed(into) if name in kept)
+                stack.extend((p, a) for name, p, a in reversed(into) if name in kept)
             else:
-                stack.append((item, dirs, nondirs))
-                stack.extend(path for _, path in reversed(into))
+                stack.append((path, dirs, nondirs))
+                stack.extend((p, a) for _, p, a in reversed(into))
 
     def open(  # noqa: A003 - as pathlib.Path.open and zipfile.ZipFile.open
         self,

@@ -42,7 +42,8 @@ impl DirEntry {
     }
 
     /// The inode the entry names, or (for a symlink, when following) the one it points to;
-    /// `None` for a symlink that leads nowhere.
+    /// `None` for a symlink to nothing (os.DirEntry's tests are false then, and raise for
+    /// other failures: a loop, a name too long).
     fn target(&self, py: Python<'_>, follow: bool) -> PyResult<Option<Inode>> {
         if !follow || self.inode.kind != FileKind::Symlink {
             return Ok(Some(self.inode.clone()));
@@ -51,9 +52,7 @@ impl DirEntry {
         let path = &self.path_bytes;
         match py.detach(|| shared.resolve(path, true)) {
             Ok(inode) => Ok(Some(inode)),
-            Err(crate::errors::OpError::Errno(libc::ENOENT | libc::ENOTDIR | libc::ELOOP, _)) => {
-                Ok(None)
-            }
+            Err(crate::errors::OpError::Errno(libc::ENOENT, _)) => Ok(None),
             Err(e) => Err(e.into_pyerr(py, &self.image_name, Some(self.path.bind(py)))),
         }
     }

@@ -9,6 +9,9 @@ use std::collections::VecDeque;
 /// Links followed in one resolution before it fails with ELOOP, as Linux's limit.
 pub const MAX_SYMLINKS: usize = 40;
 
+/// The longest name a directory entry may have, as the kernel's `NAME_MAX`.
+const NAME_MAX: usize = 255;
+
 /// The inode at `path` (relative to the image's root, with or without a leading '/'). Symbolic
 /// links in the middle of the path are always followed; the last one only if `follow_last`. A
 /// path ending in '/' must name a directory.
@@ -31,6 +34,9 @@ pub fn resolve(image: &Image, path: &[u8], follow_last: bool) -> OpResult<Inode>
         };
         if dir.kind != FileKind::Directory {
             return Err(OpError::errno(libc::ENOTDIR));
+        }
+        if name.len() > NAME_MAX {
+            return Err(OpError::errno(libc::ENAMETOOLONG));
         }
         let entry = image
             .lookup(dir, &name)?

@@ -93,6 +93,8 @@ def build(root: str, *, as_root: bool, huge: bool = False) -> None:
         f.truncate(3 * MIB)
     if huge:
         os.mkdir(j(b"huge"))
+        # Compressible and large: one read of it keeps a core decompressing for a while.
+        _write(j(b"huge", b"text-32m"), text(32, 32 * MIB))
         with open(j(b"huge", b"sparse"), "wb") as f:
             for at, n, seed in HUGE_PIECES:
                 f.seek(at)

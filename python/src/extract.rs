@@ -317,7 +317,7 @@ impl Extraction<'_> {
 
     /// Writes the regular files, in the order of their data in the image (which is then read
     /// front to back), on as many threads as there are cores.
-    fn write_files(&mut self, files: &mut Vec<Job>) -> OpResult<()> {
+    fn write_files(&mut self, files: &mut [Job]) -> OpResult<()> {
         let image = self.image;
         files.sort_by_key(|job| image.data_position(&job.inode).unwrap_or(u64::MAX));
         self.report.files = files.len() as u64;

@@ -14,6 +14,7 @@ mod pysource;
 mod read;
 mod resolve;
 mod shared;
+mod siblings;
 mod stat;
 
 use pyo3::prelude::*;

@@ -16,16 +16,28 @@ const NAME_MAX: usize = 255;
 /// links in the middle of the path are always followed; the last one only if `follow_last`. A
 /// path ending in '/' must name a directory.
 pub fn resolve(image: &Image, path: &[u8], follow_last: bool) -> OpResult<Inode> {
+    Ok(resolve_in(image, path, follow_last)?.0)
+}
+
+/// The directory an inode was found in, and its name there.
+pub type FoundIn = Option<(Inode, Vec<u8>)>;
+
+/// As [`resolve`], with the directory the inode was found in and its name there (`None` for
+/// the root).
+pub fn resolve_in(image: &Image, path: &[u8], follow_last: bool) -> OpResult<(Inode, FoundIn)> {
     let must_be_dir = path.ends_with(b"/");
     let follow_last = follow_last || must_be_dir;
     let mut pending: VecDeque<Vec<u8>> = components(path).map(<[u8]>::to_vec).collect();
     // The directories from the root to where the walk stands, for `..`.
     let mut stack = vec![image.root()?];
+    // The name of each inode of the stack but the root, in the directory below it.
+    let mut names: Vec<Vec<u8>> = Vec::new();
     let mut links = 0;
     while let Some(name) = pending.pop_front() {
         if name == b".." {
             if stack.len() > 1 {
                 stack.pop();
+                names.pop();
             }
             continue;
         }
@@ -53,6 +65,7 @@ pub fn resolve(image: &Image, path: &[u8], follow_last: bool) -> OpResult<Inode>
             }
             if target.starts_with(b"/") {
                 stack.truncate(1);
+                names.clear();
             }
             for component in components(target).collect::<Vec<_>>().into_iter().rev() {
                 pending.push_front(component.to_vec());
@@ -60,12 +73,14 @@ pub fn resolve(image: &Image, path: &[u8], follow_last: bool) -> OpResult<Inode>
             continue;
         }
         stack.push(inode);
+        names.push(name);
     }
     let found = stack.pop().ok_or_else(|| OpError::errno(libc::ENOENT))?;
     if must_be_dir && found.kind != FileKind::Directory {
         return Err(OpError::errno(libc::ENOTDIR));
     }
-    Ok(found)
+    let parent = stack.pop().zip(names.pop());
+    Ok((found, parent))
 }
 
 /// The components of `path` that name something: empty ones and `.` left out.

@@ -2,7 +2,8 @@
 //! source's counters, and the number it is known by as `st_dev`.
 
 use crate::errors::{OpError, OpResult};
-use crate::resolve::resolve;
+use crate::resolve::{resolve, resolve_in};
+use crate::siblings::SiblingReadAhead;
 use squashd_core::container::Located;
 use squashd_core::prefetch::{Prefetcher, ReadState};
 use squashd_core::{FileReader, Image, Inode};
@@ -23,11 +24,42 @@ pub struct Shared {
     pub located: Option<Located>,
     /// Decompression ahead of sequential readers; `None` when read-ahead is off.
     pub prefetch: Option<Prefetcher>,
+    /// Decompression of the next files of a directory read file after file; `None` when
+    /// read-ahead is off.
+    pub siblings: Option<SiblingReadAhead>,
     /// Threads that may split one large read between them (1: none).
     pub read_threads: usize,
     /// `st_dev` of its files: a number of its own in this process, so that `os.path.samefile`
     /// tells files of two images apart.
     pub dev: u64,
+}
+
+impl Drop for Shared {
+    /// Read-ahead pools join their threads when dropped, and a thread may be in the middle of a
+    /// job that needs the GIL (a fetch from a server that runs in this interpreter). The last
+    /// reference to an image is often dropped with the GIL held (by `close()`, or when Python
+    /// frees a file object), so the pools are dropped on a thread of their own.
+    fn drop(&mut self) {
+        let pools = (self.prefetch.take(), self.siblings.take());
+        if pools.0.is_none() && pools.1.is_none() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("squashd-close".into())
+            .spawn(move || {
+                if let Ok(pools) = rx.recv() {
+                    drop::<(Option<Prefetcher>, Option<SiblingReadAhead>)>(pools);
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = tx.send(pools);
+            }
+            // No thread to spare: joined here, as before.
+            Err(_) => drop(pools),
+        }
+    }
 }
 
 impl Shared {
@@ -45,6 +77,7 @@ impl Shared {
         Shared {
             prefetch: (threads > 0 && window > 0)
                 .then(|| Prefetcher::new(threads, window, READ_AHEAD_QUEUE)),
+            siblings: (threads > 0).then(|| SiblingReadAhead::new(threads)),
             read_threads: threads.max(1),
             image,
             remote,
@@ -58,9 +91,15 @@ impl Shared {
         resolve(&self.image, path, follow)
     }
 
-    /// A reader of the regular file at `path` (symlinks followed).
+    /// A reader of the regular file at `path` (symlinks followed). A file read after its
+    /// neighbour in the same directory has the files after it read ahead.
     pub fn open_file(&self, path: &[u8]) -> OpResult<FileReader> {
-        let inode = self.resolve(path, true)?;
+        let (inode, parent) = resolve_in(&self.image, path, true)?;
+        if let (Some(siblings), Some((dir, name))) = (&self.siblings, &parent) {
+            if inode.kind == squashd_core::FileKind::File {
+                siblings.on_read(&self.image, dir, name);
+            }
+        }
         if inode.is_dir() {
             return Err(OpError::errno(libc::EISDIR));
         }

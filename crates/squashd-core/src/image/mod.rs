@@ -410,6 +410,23 @@ impl Image {
         xattr::read_xattrs(&self.inner, inode)
     }
 
+    /// 512-byte blocks as the kernel's squashfs reports them in `st_blocks`: the file's data
+    /// less its holes ([`Inode::blocks_512`]) and, for an inode with extended attributes, the
+    /// blocks of their size as the xattr id table records it, which the kernel adds.
+    pub fn stat_blocks(&self, inode: &Inode) -> Result<u64> {
+        let data = inode.blocks_512();
+        match inode.xattr_index {
+            // Without a table the kernel adds nothing (and reading the xattrs fails instead).
+            Some(index) if self.inner.superblock.has_xattrs() => {
+                let (entry, _) = self.inner.xattr_id(index)?;
+                // The kernel's `((size - 1) >> 9) + 1` on an unsigned int, wrapping included.
+                let xattr_blocks = u64::from(entry.size.wrapping_sub(1) >> 9) + 1;
+                Ok(data.saturating_add(xattr_blocks))
+            }
+            _ => Ok(data),
+        }
+    }
+
     /// A reader of regular file `inode`'s contents. It holds the file's block list, so open it
     /// once per file and read through it many times.
     pub fn open_file(&self, inode: &Inode) -> Result<FileReader> {

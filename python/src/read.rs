@@ -1,0 +1,82 @@
+//! Reads of a file's range, split by blocks between threads when the range is long enough to
+//! keep several cores decompressing: one Python thread reading a large file is not held to one
+//! core's decompression speed.
+//!
+//! The helpers are scoped threads started for the read, not a pool: a pool's threads do not
+//! survive `fork`, and Python programs fork (multiprocessing, data loaders) after opening an
+//! image; a read of several blocks costs far more than starting a thread.
+
+use crate::errors::{OpError, OpResult};
+use squashd_core::FileReader;
+
+/// A range of at least this many blocks is split between threads.
+const SPLIT_BLOCKS: u64 = 3;
+
+/// Fills `out` from `offset` of `reader`'s file (the range lies within the file), with up to
+/// `threads` threads.
+pub fn read_at(reader: &FileReader, offset: u64, out: &mut [u8], threads: usize) -> OpResult<()> {
+    let bs = u64::from(reader.block_size().max(1));
+    let end = offset + out.len() as u64;
+    let blocks = end.div_ceil(bs) - offset / bs;
+    if threads < 2 || blocks < SPLIT_BLOCKS {
+        return read_exact(reader, offset, out);
+    }
+    // Contiguous pieces that end on block boundaries, so that no block is decompressed twice.
+    let parts = (threads as u64).min(blocks);
+    let first_block = offset / bs;
+    let mut pieces = Vec::with_capacity(parts as usize);
+    let mut rest = out;
+    let mut at = offset;
+    for part in 1..=parts {
+        let part_end = if part == parts {
+            end
+        } else {
+            ((first_block + blocks * part / parts) * bs).clamp(at, end)
+        };
+        let (piece, tail) = rest.split_at_mut((part_end - at) as usize);
+        pieces.push((at, piece));
+        rest = tail;
+        at = part_end;
+    }
+    let Some((own_at, own)) = pieces.pop() else {
+        return Ok(());
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = pieces
+            .into_iter()
+            .map(|(at, piece)| {
+                std::thread::Builder::new()
+                    .name("squashd-read".into())
+                    .spawn_scoped(scope, move || read_exact(reader, at, piece))
+            })
+            .collect();
+        let mut result = read_exact(reader, own_at, own);
+        for helper in helpers {
+            let done = match helper {
+                Ok(helper) => helper.join().unwrap_or_else(|_| {
+                    Err(OpError::Errno(libc::EIO, "a read thread panicked".into()))
+                }),
+                Err(e) => Err(OpError::Errno(
+                    e.raw_os_error().unwrap_or(libc::EAGAIN),
+                    format!("cannot start a read thread: {e}"),
+                )),
+            };
+            result = result.and(done);
+        }
+        result
+    })
+}
+
+/// Fills `out` from `offset`, which the file's size allows.
+fn read_exact(reader: &FileReader, offset: u64, out: &mut [u8]) -> OpResult<()> {
+    let mut done = 0;
+    while done < out.len() {
+        let n = reader.read_at(offset + done as u64, &mut out[done..])?;
+        if n == 0 {
+            // The caller bounded the range by the file's size: the reader ran short.
+            break;
+        }
+        done += n;
+    }
+    Ok(())
+}

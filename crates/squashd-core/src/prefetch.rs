@@ -76,11 +76,9 @@ impl Prefetcher {
     }
 
     /// Notes a read of `len` bytes at `offset` of `reader`'s file and, if it continues the
-    /// previous one, queues the chunks after it.
-    pub fn on_read(&self, state: &ReadState, reader: &FileReader, offset: u64, len: u64) {
-        if self.threads == 0 || self.window == 0 {
-            return;
-        }
+    /// previous one, queues the chunks after it. Returns whether it continued the previous one
+    /// (a reader streaming through the file, rather than seeking).
+    pub fn on_read(&self, state: &ReadState, reader: &FileReader, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len).min(reader.size());
         let previous_end = state.next_offset.swap(end, Ordering::Relaxed);
         let bs = reader.block_size() as u64;
@@ -91,10 +89,10 @@ impl Prefetcher {
             // A seek: forget what was queued, so that reading this stretch again (or any
             // other) in order gets read-ahead anew.
             state.queued_until.store(0, Ordering::Relaxed);
-            return;
+            return false;
         }
-        if end == 0 {
-            return;
+        if self.threads == 0 || self.window == 0 || end == 0 {
+            return true;
         }
         let last = (end - 1) / bs;
         let stop = (last + 1 + self.window).min(reader.chunk_count());
@@ -103,7 +101,7 @@ impl Prefetcher {
             .fetch_max(stop, Ordering::Relaxed)
             .max(last + 1);
         if from >= stop {
-            return;
+            return true;
         }
         for index in from..stop {
             let job = Job {
@@ -114,5 +112,6 @@ impl Prefetcher {
                 break;
             }
         }
+        true
     }
 }

@@ -58,7 +58,7 @@ mod handles;
 mod idle;
 mod listings;
 mod nodes;
-mod page_store;
+pub mod page_store;
 mod probe;
 mod session;
 mod tree;

@@ -11,10 +11,12 @@
 
 pub mod blob;
 pub mod blobfs;
+pub mod block_fill;
 pub mod meta_file;
+mod stored_ranges;
 
-pub use blob::{Blob, BlobFile, BlobLayout, ReadAhead, BLOB_BLOCK};
-pub use blobfs::{BlobFiles, BlobFs, BlobFsContent};
+pub use blob::{Blob, BlobFile, BlobLayout, BlobRead, PartRead, ReadAhead, BLOB_BLOCK};
+pub use blobfs::{BlobFiles, BlobFs, BlobFsContent, WholeBlocks};
 pub use meta_file::MetaFile;
 pub mod translate;
 
@@ -25,5 +27,6 @@ pub use erofs_mount::{mount_erofs, BlobMount};
 pub mod server;
 
 pub use server::{
-    KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared, TranslationStats,
+    BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared,
+    TranslationStats,
 };

@@ -2,7 +2,7 @@
 //! of images mounted through the kernel's EROFS on it.
 
 use crate::blob::{Blob, ReadAhead};
-use crate::blobfs::BlobFsContent;
+use crate::blobfs::{BlobFsContent, WholeBlocks};
 use crate::erofs_mount::{mount_erofs, BlobMount};
 use crate::meta_file::MetaFile;
 use crate::translate::{translate, OwnerOverride, TranslateError};
@@ -83,6 +83,21 @@ pub struct TranslationStats {
     pub elapsed: Duration,
 }
 
+/// What a kernel-path mount's reads of file data did, for `status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlobReadStats {
+    /// Reads of the blob that reached squashd.
+    pub blob_reads: u64,
+    /// Of them, those EROFS made to fill a block (the rest are readers' page-cache misses).
+    pub fill_reads: u64,
+    /// Blocks whose rest EROFS was asked to read after a random read of part of them.
+    pub fills: u64,
+    /// Bytes those fills asked for (pages EROFS already had are not read again).
+    pub filled_bytes: u64,
+    /// Fills that could not be asked for (the mount moved, or the kernel refused the handle).
+    pub fill_failures: u64,
+}
+
 /// One image mounted through the kernel.
 #[derive(Debug)]
 pub struct KernelMount {
@@ -155,11 +170,13 @@ impl KernelPath {
         let files = self.blobs.files();
         files.add(&meta_name, BlobFsContent::Metadata(metadata.clone()));
         files.add(&blob_name, BlobFsContent::Blob(blob.clone()));
+        let policy = self.blobs.policy();
         let mounted = mount_erofs(
             &self.blobs.path(&meta_name),
             &self.blobs.path(&blob_name),
             target,
             flags,
+            policy.direct_io(),
         );
         if let Err(source) = mounted {
             files.remove(&meta_name);
@@ -168,6 +185,13 @@ impl KernelPath {
                 mountpoint: mountpoint.to_path_buf(),
                 source,
             });
+        }
+        if matches!(policy, WholeBlocks::Fill | WholeBlocks::FillAfterReply) {
+            // Without it random reads still work, a page at a time.
+            let source = self.blobs.path(&meta_name);
+            if let Err(e) = blob.block_fill().attach(mountpoint, &source) {
+                tracing::warn!("reads of {} fill no whole blocks: {e}", mountpoint.display());
+            }
         }
         Ok(KernelMount {
             blobs: files.clone(),
@@ -244,6 +268,19 @@ impl KernelMount {
     /// and of the metadata image.
     pub fn reads(&self) -> u64 {
         self.blob.reads() + self.metadata.reads()
+    }
+
+    /// What the reads of file data did: how many reached squashd, and the whole blocks filled
+    /// into EROFS's page cache after random reads.
+    pub fn read_stats(&self) -> BlobReadStats {
+        let fill = self.blob.block_fill().stats();
+        BlobReadStats {
+            blob_reads: self.blob.reads(),
+            fill_reads: self.blob.fill_reads(),
+            fills: fill.fills,
+            filled_bytes: fill.filled_bytes,
+            fill_failures: fill.failures,
+        }
     }
 
     /// Whether the kernel still holds the mount's files open (the EROFS mount exists, or is

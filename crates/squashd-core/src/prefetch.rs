@@ -29,8 +29,9 @@ pub struct ReadState {
 impl ReadState {
     /// The chunks below this index were queued for read-ahead (and may be loading now), if
     /// asked before [`Prefetcher::on_read`] notes the read at hand: a reader then goes through
-    /// the data cache for them, where a load in flight is waited for rather than done again.
-    pub fn queued_until(&self) -> u64 {
+    /// the data cache for them, where a load in flight is waited for rather than done again
+    /// (see [`crate::read_policy`]).
+    pub(crate) fn queued_until(&self) -> u64 {
         self.queued_until.load(Ordering::Relaxed)
     }
 }

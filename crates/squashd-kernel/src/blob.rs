@@ -5,7 +5,8 @@
 
 use crate::block_fill::BlockFill;
 use squashd_core::prefetch::{Prefetcher, ReadState};
-use squashd_core::{Chunk, ChunkRead, FileReader, Image, InodeId};
+use squashd_core::read_policy::ReadFor;
+use squashd_core::{Chunk, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The EROFS block size the blob is aligned to.
@@ -296,35 +297,31 @@ impl Blob {
             if from_fill && done == 0 {
                 self.fill_reads.fetch_add(1, Ordering::Relaxed);
             }
-            let state = self.reading.get(index);
-            // What earlier reads queued: those blocks may be loading into the cache now. A
-            // fill's read takes its block from the data cache, where the reader's read left it.
-            let queued_until = if from_fill {
-                u64::MAX
-            } else {
-                state.map_or(0, ReadState::queued_until)
+            let read_for = match self.reading.get(index) {
+                Some(state) if !from_fill => ReadFor::Reader {
+                    prefetch: &self.prefetch,
+                    state,
+                },
+                _ => ReadFor::Fill,
             };
-            // A fill's read is neither a seek nor a stream: it leaves the reading state alone.
-            let random = match state {
-                Some(state) if !from_fill => {
-                    // Queued before this read decompresses, so both run at once.
-                    !self.prefetch.on_read(state, &reader, within, n as u64)
+            let first_part = parts.len();
+            let mut part = |chunk_index: u64, chunk: &Chunk| {
+                if !from_fill {
+                    parts.push(PartRead {
+                        file: index,
+                        file_offset: chunk_index * bs,
+                        blob_offset: start + chunk_index * bs,
+                        chunk: chunk.clone(),
+                        random: false,
+                    });
                 }
-                _ => false,
             };
-            let mut taken = |chunk_index: u64, chunk: &Chunk| {
-                if from_fill {
-                    return;
-                }
-                parts.push(PartRead {
-                    file: index,
-                    file_offset: chunk_index * bs,
-                    blob_offset: start + chunk_index * bs,
-                    chunk: chunk.clone(),
-                    random,
-                });
-            };
-            copy_file_range(&reader, within, &mut rest[..n], queued_until, &mut taken)?;
+            let read = reader.read_into(within, &mut rest[..n], read_for, &mut part)?;
+            // A seek, not a fill's read: the parts it took are worth filling.
+            let random = !read.streaming && !from_fill;
+            for p in &mut parts[first_part..] {
+                p.random = random;
+            }
             done += n;
         }
         Ok(want)
@@ -353,87 +350,6 @@ pub struct PartRead {
     pub chunk: Chunk,
     /// Whether the read was a seek, not the next of a stream.
     pub random: bool,
-}
-
-thread_local! {
-    /// Where a request thread decompresses a block it copies from.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Fills `out` with the file's bytes from `offset`.
-///
-/// A block the read covers whole is decompressed into a per-thread scratch buffer, not through
-/// the data cache: EROFS keeps it in its page cache, and caching it here too would hold it
-/// twice. A block read in part goes through the data cache: EROFS keeps only the part it
-/// asked for, and a random reader will soon ask for the rest. What the cache already has (a
-/// tail end's fragment block, which many small files share, or a block read ahead) is lent
-/// from it either way. So is a block below `queued_until`, which read-ahead was asked for: it
-/// may be loading into the cache right now, and the cache waits for that load where the
-/// scratch buffer would decompress the block a second time.
-///
-/// `taken` hears of each block read in part (its index and bytes).
-fn copy_file_range(
-    reader: &FileReader,
-    offset: u64,
-    out: &mut [u8],
-    queued_until: u64,
-    taken: &mut dyn FnMut(u64, &Chunk),
-) -> squashd_core::Result<()> {
-    let bs = u64::from(reader.block_size().max(1));
-    let mut pos = offset;
-    let mut done = 0;
-    while done < out.len() {
-        let index = pos / bs;
-        let within = (pos % bs) as usize;
-        let dest = &mut out[done..];
-        let whole_block = within == 0 && dest.len() as u64 >= bs.min(reader.size() - pos);
-        if !whole_block || index < queued_until {
-            let chunk = reader.chunk(index)?;
-            let n = dest.len().min(chunk.len().saturating_sub(within));
-            if n == 0 {
-                dest.fill(0);
-                break;
-            }
-            if chunk.is_hole() {
-                dest[..n].fill(0);
-            } else {
-                dest[..n].copy_from_slice(&chunk.bytes()[within..within + n]);
-                if n < chunk.len() {
-                    taken(index, &chunk);
-                }
-            }
-            done += n;
-            pos += n as u64;
-            continue;
-        }
-        let n = SCRATCH.with_borrow_mut(|scratch| -> squashd_core::Result<usize> {
-            let bytes: &[u8] = match reader.read_chunk_into(index, scratch)? {
-                ChunkRead::Hole(len) => {
-                    let n = dest.len().min(len.saturating_sub(within));
-                    dest[..n].fill(0);
-                    return Ok(n);
-                }
-                ChunkRead::Data => scratch,
-                ChunkRead::Cached(chunk) => {
-                    let bytes = chunk.bytes();
-                    let n = dest.len().min(bytes.len().saturating_sub(within));
-                    dest[..n].copy_from_slice(&bytes[within..within + n]);
-                    return Ok(n);
-                }
-            };
-            let n = dest.len().min(bytes.len().saturating_sub(within));
-            dest[..n].copy_from_slice(&bytes[within..within + n]);
-            Ok(n)
-        })?;
-        if n == 0 {
-            // The image holds less than the inode's size says: zeros, as past a short read.
-            dest.fill(0);
-            break;
-        }
-        done += n;
-        pos += n as u64;
-    }
-    Ok(())
 }
 
 impl std::fmt::Debug for Blob {

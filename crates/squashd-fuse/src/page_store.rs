@@ -13,7 +13,6 @@
 use fuser::{INodeNo, Notifier};
 use squashd_core::workers::Workers;
 use squashd_core::Chunk;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Stores waiting; beyond this, offers are dropped (storing is an optimisation).
@@ -35,21 +34,7 @@ impl StoreBytes for Chunk {
 struct Job {
     ino: INodeNo,
     offset: u64,
-    work: Work,
-}
-
-enum Work {
-    Store(Box<dyn StoreBytes>),
-    /// Drop this many bytes from the page cache (FUSE_NOTIFY_INVAL_INODE on the range).
-    Invalidate(u64),
-}
-
-/// What a page store did, for the counters a mount shows.
-#[derive(Debug, Default)]
-struct Counters {
-    stored_bytes: AtomicU64,
-    invalidated_bytes: AtomicU64,
-    dropped: AtomicU64,
+    bytes: Box<dyn StoreBytes>,
 }
 
 /// A queue of blocks to hand to the kernel's page cache, and the thread that does it.
@@ -61,14 +46,11 @@ struct Counters {
 pub struct PageStore {
     worker: Workers<Job>,
     notifier: Arc<OnceLock<Notifier>>,
-    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for PageStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PageStore")
-            .field("stored_bytes", &self.stored_bytes())
-            .finish_non_exhaustive()
+        f.debug_struct("PageStore").finish_non_exhaustive()
     }
 }
 
@@ -82,31 +64,15 @@ impl PageStore {
     /// A page store with no session yet (see [`PageStore::notifier_slot`]).
     pub fn new() -> Self {
         let notifier: Arc<OnceLock<Notifier>> = Arc::new(OnceLock::new());
-        let counters = Arc::new(Counters::default());
-        let (slot, count) = (notifier.clone(), counters.clone());
+        let slot = notifier.clone();
         let store = move |job: Job| {
-            let Some(n) = slot.get() else {
-                return;
-            };
-            match job.work {
-                Work::Store(bytes) => store(n, &count, job.ino, job.offset, bytes.bytes()),
-                Work::Invalidate(len) => {
-                    let (Ok(offset), Ok(len)) = (i64::try_from(job.offset), i64::try_from(len))
-                    else {
-                        return;
-                    };
-                    if n.inval_inode(job.ino, offset, len).is_ok() {
-                        count
-                            .invalidated_bytes
-                            .fetch_add(len as u64, Ordering::Relaxed);
-                    }
-                }
+            if let Some(n) = slot.get() {
+                store(n, job.ino, job.offset, job.bytes.bytes());
             }
         };
         PageStore {
             worker: Workers::new("page store", |_| "page-store".into(), 1, QUEUE, store),
             notifier,
-            counters,
         }
     }
 
@@ -120,30 +86,11 @@ impl PageStore {
     /// in flight are answered. Dropped when the queue is full: storing only saves later
     /// requests.
     pub fn offer(&self, ino: INodeNo, offset: u64, bytes: impl StoreBytes) {
-        let job = Job {
+        self.worker.offer(Job {
             ino,
             offset,
-            work: Work::Store(Box::new(bytes)),
-        };
-        if !self.worker.offer(job) {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Offers to drop `len` bytes at `offset` of node `ino` from the page cache, after the
-    /// stores queued before. Returns false when the queue is full.
-    pub fn offer_invalidation(&self, ino: INodeNo, offset: u64, len: u64) -> bool {
-        let job = Job {
-            ino,
-            offset,
-            work: Work::Invalidate(len),
-        };
-        self.worker.offer(job)
-    }
-
-    /// Bytes dropped from the page cache so far.
-    pub fn invalidated_bytes(&self) -> u64 {
-        self.counters.invalidated_bytes.load(Ordering::Relaxed)
+            bytes: Box::new(bytes),
+        });
     }
 
     /// Stores `bytes` at `offset` of `ino` now, on the calling thread. Only for a node the
@@ -151,25 +98,16 @@ impl PageStore {
     /// a store waits for the pages' locks.
     pub fn store_now(&self, ino: INodeNo, offset: u64, bytes: &[u8]) {
         if let Some(n) = self.notifier.get() {
-            store(n, &self.counters, ino, offset, bytes);
+            store(n, ino, offset, bytes);
         }
-    }
-
-    /// Bytes handed to the kernel's page cache so far.
-    pub fn stored_bytes(&self) -> u64 {
-        self.counters.stored_bytes.load(Ordering::Relaxed)
     }
 }
 
-fn store(notifier: &Notifier, counters: &Counters, ino: INodeNo, offset: u64, bytes: &[u8]) {
+fn store(notifier: &Notifier, ino: INodeNo, offset: u64, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
     // Best effort: the kernel may have dropped the inode meanwhile, and a failed store costs
     // only the requests it would have saved.
-    if notifier.store(ino, offset, bytes).is_ok() {
-        counters
-            .stored_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-    }
+    let _ = notifier.store(ino, offset, bytes);
 }

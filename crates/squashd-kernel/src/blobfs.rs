@@ -5,19 +5,21 @@
 //! and tmpfs has not, so the metadata image never touches a disk either.
 //!
 //! The blob is opened for direct I/O (FOPEN_DIRECT_IO): EROFS keeps the data it reads in its
-//! own page cache, so caching it here too would hold every byte twice. Nothing in the daemon
-//! reads through these files or through the EROFS mounts on them; only the kernel does.
+//! own page cache, so caching it here too would hold every byte twice. A random read of part of
+//! a block has EROFS read the rest of the block too ([`crate::block_fill`]), so that the block
+//! is decompressed once and its other pages cost no round trip. Apart from those fills, nothing
+//! in the daemon reads through these files or through the EROFS mounts on them; only the
+//! kernel does.
 
 use crate::blob::Blob;
-use squashd_fuse::page_store::StoreBytes;
 use crate::meta_file::MetaFile;
-use crate::stored_ranges::StoredRanges;
-use squashd_fuse::page_store::PageStore;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
+use squashd_fuse::page_store::PageStore;
+use squashd_fuse::page_store::StoreBytes;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -176,47 +178,6 @@ impl BlobFiles {
     }
 }
 
-/// How the rest of a block read in part reaches the kernel (a measurement switch while the
-/// candidates are compared: `SQUASHD_WHOLE_BLOCKS=off|stores|fill|fill-after`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WholeBlocks {
-    /// It does not: EROFS reads the blob with direct I/O, page by page.
-    Off,
-    /// The blob is cached (no direct I/O) and squashd stores each block read in part into its
-    /// page cache, within a budget.
-    Stores,
-    /// EROFS is asked to read the rest of the block ahead, before the read is answered.
-    Fill,
-    /// The same, after the read is answered.
-    FillAfterReply,
-}
-
-impl WholeBlocks {
-    /// The policy the environment asks for (fill by default).
-    pub fn from_env() -> Self {
-        match std::env::var("SQUASHD_WHOLE_BLOCKS").as_deref() {
-            Ok("off") => WholeBlocks::Off,
-            Ok("stores") => WholeBlocks::Stores,
-            Ok("fill-after") => WholeBlocks::FillAfterReply,
-            _ => WholeBlocks::Fill,
-        }
-    }
-
-    /// Whether EROFS reads the blob with direct I/O.
-    pub fn direct_io(self) -> bool {
-        self != WholeBlocks::Stores
-    }
-}
-
-/// The budget of the blob's page cache under [`WholeBlocks::Stores`]
-/// (`SQUASHD_BLOB_CACHE` bytes, else the default data cache budget).
-fn blob_cache_budget() -> u64 {
-    std::env::var("SQUASHD_BLOB_CACHE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(squashd_core::CacheBudgets::default().data_bytes)
-}
-
 /// The FUSE file system over a [`BlobFiles`].
 #[derive(Debug)]
 pub struct BlobFs {
@@ -225,8 +186,6 @@ pub struct BlobFs {
     open: RwLock<HashMap<u64, (u64, Arc<BlobFsContent>)>>,
     next_handle: AtomicU64,
     store: PageStore,
-    policy: WholeBlocks,
-    stored: StoredRanges,
     /// Request threads that may be asking for a fill at once: one fewer than there are. A
     /// fill's read-ahead can wait (for a slot among the kernel's background requests, or a read
     /// of the metadata image), and only a request thread ends that wait.
@@ -235,14 +194,12 @@ pub struct BlobFs {
 
 impl BlobFs {
     /// A file system serving `files` from `threads` request threads.
-    pub fn new(files: BlobFiles, policy: WholeBlocks, threads: usize) -> Self {
+    pub fn new(files: BlobFiles, threads: usize) -> Self {
         BlobFs {
             files,
             open: RwLock::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             store: PageStore::new(),
-            policy,
-            stored: StoredRanges::new(blob_cache_budget()),
             fill_permits: AtomicUsize::new(threads.saturating_sub(1)),
         }
     }
@@ -352,8 +309,7 @@ impl Filesystem for BlobFs {
         };
         let fopen = match *content {
             BlobFsContent::Metadata(_) => FopenFlags::FOPEN_KEEP_CACHE,
-            BlobFsContent::Blob(_) if self.policy.direct_io() => FopenFlags::FOPEN_DIRECT_IO,
-            BlobFsContent::Blob(_) => FopenFlags::FOPEN_KEEP_CACHE,
+            BlobFsContent::Blob(_) => FopenFlags::FOPEN_DIRECT_IO,
         };
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.open
@@ -417,26 +373,12 @@ impl Filesystem for BlobFs {
                         buf.resize(len as usize, 0);
                     }
                     match blob.read_at(offset, &mut buf[..len as usize]) {
-                        Ok(read) => match self.policy {
-                            WholeBlocks::Fill => {
-                                self.fill_rest(blob, &read.parts);
-                                reply.data(&buf[..read.len]);
-                            }
-                            WholeBlocks::FillAfterReply => {
-                                reply.data(&buf[..read.len]);
-                                self.fill_rest(blob, &read.parts);
-                            }
-                            WholeBlocks::Stores => {
-                                reply.data(&buf[..read.len]);
-                                self.stored.replied(&self.store, ino, offset, read.len as u64);
-                                for part in read.parts {
-                                    let n = part.chunk.len() as u64;
-                                    self.store.offer(ino, part.blob_offset, part.chunk);
-                                    self.stored.replied(&self.store, ino, part.blob_offset, n);
-                                }
-                            }
-                            WholeBlocks::Off => reply.data(&buf[..read.len]),
-                        },
+                        Ok(read) => {
+                            // Before the answer: the reader is then still inside its read of
+                            // the EROFS mount, which the fill opens a file of.
+                            self.fill_rest(blob, &read.parts);
+                            reply.data(&buf[..read.len]);
+                        }
                         Err(e) => {
                             tracing::error!("{e}");
                             reply.error(Errno::EIO)

@@ -136,6 +136,14 @@ impl BlockFill {
                 mountpoint.display()
             ))
         })?;
+        // Opening by handle takes CAP_DAC_READ_SEARCH: tried once here on the root, rather than
+        // failing on every fill.
+        open_by_nid(&root, handles, stat.st_ino).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{}: cannot open files by handle: {e}", mountpoint.display()),
+            )
+        })?;
         let _ = self.mounted.set(Mounted {
             mountpoint: mountpoint.to_path_buf(),
             dev,

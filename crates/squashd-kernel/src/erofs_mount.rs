@@ -1,7 +1,7 @@
 //! Mounting the kernel's EROFS on a metadata image and its blob, and the blob file system's own
 //! FUSE mount they live on.
 
-use crate::blobfs::{BlobFiles, BlobFs, WholeBlocks};
+use crate::blobfs::{BlobFiles, BlobFs};
 use nix::mount::{MntFlags, MsFlags};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 pub struct BlobMount {
     files: BlobFiles,
     dir: PathBuf,
-    policy: WholeBlocks,
     session: Option<fuser::BackgroundSession>,
 }
 
@@ -27,7 +26,6 @@ impl BlobMount {
     /// served by `threads` request threads.
     pub fn mount(dir: &Path, threads: usize) -> io::Result<BlobMount> {
         let files = BlobFiles::new();
-        let policy = WholeBlocks::from_env();
         let mut config = fuser::Config::default();
         config.mount_options = vec![
             fuser::MountOption::RO,
@@ -43,7 +41,7 @@ impl BlobMount {
         config.acl = fuser::SessionACL::All;
         config.n_threads = Some(threads.max(1));
         config.clone_fd = true;
-        let fs = BlobFs::new(files.clone(), policy, threads.max(1));
+        let fs = BlobFs::new(files.clone(), threads.max(1));
         let notifier_slot = fs.notifier_slot();
         let session = fuser::Session::new(fs, dir, &config)?;
         let _ = notifier_slot.set(session.notifier());
@@ -51,14 +49,8 @@ impl BlobMount {
         Ok(BlobMount {
             files,
             dir: dir.to_path_buf(),
-            policy,
             session: Some(session),
         })
-    }
-
-    /// How the rest of a block read in part reaches the kernel.
-    pub fn policy(&self) -> WholeBlocks {
-        self.policy
     }
 
     /// The files served.
@@ -89,16 +81,9 @@ impl Drop for BlobMount {
 
 /// Mounts EROFS on `target` from the metadata image `meta` with `blob` as its extra device.
 /// Both are regular files (on the blob file system): mount(2) on the file itself, with no loop
-/// device (Linux 6.12+). With `direct_io`, `directio` makes EROFS read the blob with direct
-/// I/O, so its data is cached once, in EROFS's page cache; a kernel without that option mounts
-/// without it.
-pub fn mount_erofs(
-    meta: &Path,
-    blob: &Path,
-    target: &Path,
-    flags: MsFlags,
-    direct_io: bool,
-) -> io::Result<()> {
+/// device (Linux 6.12+). `directio` makes EROFS read the blob with direct I/O, so its data is
+/// cached once, in EROFS's page cache; a kernel without that option mounts without it.
+pub fn mount_erofs(meta: &Path, blob: &Path, target: &Path, flags: MsFlags) -> io::Result<()> {
     let blob = blob.to_str().filter(|p| !p.contains(',')).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -106,26 +91,26 @@ pub fn mount_erofs(
         )
     })?;
     let flags = flags | MsFlags::MS_RDONLY;
-    let plain = format!("device={blob}");
-    if direct_io {
-        let with_directio = format!("device={blob},directio");
-        match nix::mount::mount(
-            Some(meta),
-            target,
-            Some("erofs"),
-            flags,
-            Some(with_directio.as_str()),
-        ) {
-            Err(nix::errno::Errno::EINVAL) => {}
-            done => return done.map_err(io::Error::from),
-        }
-    }
-    nix::mount::mount(
+    let with_directio = format!("device={blob},directio");
+    match nix::mount::mount(
         Some(meta),
         target,
         Some("erofs"),
         flags,
-        Some(plain.as_str()),
-    )
-    .map_err(io::Error::from)
+        Some(with_directio.as_str()),
+    ) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EINVAL) => {
+            let plain = format!("device={blob}");
+            nix::mount::mount(
+                Some(meta),
+                target,
+                Some("erofs"),
+                flags,
+                Some(plain.as_str()),
+            )
+            .map_err(io::Error::from)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

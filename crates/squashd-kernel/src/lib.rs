@@ -13,10 +13,9 @@ pub mod blob;
 pub mod blobfs;
 pub mod block_fill;
 pub mod meta_file;
-mod stored_ranges;
 
 pub use blob::{Blob, BlobFile, BlobLayout, BlobRead, PartRead, ReadAhead, BLOB_BLOCK};
-pub use blobfs::{BlobFiles, BlobFs, BlobFsContent, WholeBlocks};
+pub use blobfs::{BlobFiles, BlobFs, BlobFsContent};
 pub use meta_file::MetaFile;
 pub mod translate;
 

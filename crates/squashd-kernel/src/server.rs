@@ -2,7 +2,7 @@
 //! of images mounted through the kernel's EROFS on it.
 
 use crate::blob::{Blob, ReadAhead};
-use crate::blobfs::{BlobFsContent, WholeBlocks};
+use crate::blobfs::BlobFsContent;
 use crate::erofs_mount::{mount_erofs, BlobMount};
 use crate::meta_file::MetaFile;
 use crate::translate::{translate, OwnerOverride, TranslateError};
@@ -170,13 +170,11 @@ impl KernelPath {
         let files = self.blobs.files();
         files.add(&meta_name, BlobFsContent::Metadata(metadata.clone()));
         files.add(&blob_name, BlobFsContent::Blob(blob.clone()));
-        let policy = self.blobs.policy();
         let mounted = mount_erofs(
             &self.blobs.path(&meta_name),
             &self.blobs.path(&blob_name),
             target,
             flags,
-            policy.direct_io(),
         );
         if let Err(source) = mounted {
             files.remove(&meta_name);
@@ -186,12 +184,13 @@ impl KernelPath {
                 source,
             });
         }
-        if matches!(policy, WholeBlocks::Fill | WholeBlocks::FillAfterReply) {
-            // Without it random reads still work, a page at a time.
-            let source = self.blobs.path(&meta_name);
-            if let Err(e) = blob.block_fill().attach(mountpoint, &source) {
-                tracing::warn!("reads of {} fill no whole blocks: {e}", mountpoint.display());
-            }
+        // Without it random reads still work, a page at a time.
+        let source = self.blobs.path(&meta_name);
+        if let Err(e) = blob.block_fill().attach(mountpoint, &source) {
+            tracing::warn!(
+                "reads of {} fill no whole blocks: {e}",
+                mountpoint.display()
+            );
         }
         Ok(KernelMount {
             blobs: files.clone(),

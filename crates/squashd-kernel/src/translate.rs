@@ -130,13 +130,14 @@ pub fn translate(
         ..WriteOptions::default()
     };
     let nodes = tree.len();
-    let (metadata, nids) = write_metadata(tree, &write_options, large, &file_nodes).map_err(
-        |source| TranslateError::Erofs {
-            image: image.name().to_string(),
-            path: "/".into(),
-            source,
-        },
-    )?;
+    let (metadata, nids) =
+        write_metadata(tree, &write_options, large, &file_nodes).map_err(|source| {
+            TranslateError::Erofs {
+                image: image.name().to_string(),
+                path: "/".into(),
+                source,
+            }
+        })?;
     layout.set_nids(&nids);
     Ok(Translation {
         metadata,

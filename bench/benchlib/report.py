@@ -64,15 +64,20 @@ def markdown(results):
         f"Command: `{results['command']}`. Each figure is the median of {results['runs']} runs, "
         "with min–max in parentheses; ratios are medians divided, taken in the same run.",
         "",
-        "Images (built by the suite on this machine):",
-        "",
-        f"- usr: `{img['usr']['command']}`: {img['usr']['built_from']}; image {img['usr']['image_bytes'] / 1e9:.2f} GB.",
-        f"- data: `{img['data']['command']}`: {img['data']['built_from']}; image {img['data']['image_bytes'] / 1e6:.0f} MB.",
-        f"- services: {img['services']['count']} images, {img['services']['image_bytes'] / 1e6:.0f} MB in all "
-        f"({img['services']['smallest_bytes'] / 1024:.0f} KiB to {img['services']['largest_bytes'] / 2**20:.1f} MiB): "
-        f"{img['services']['built_from']}.",
+        "Images (built by the suite on this machine; only those the experiments run need):",
         "",
     ]
+    if "usr" in img:
+        lines.append(f"- usr: `{img['usr']['command']}`: {img['usr']['built_from']}; "
+                     f"image {img['usr']['image_bytes'] / 1e9:.2f} GB.")
+    if "data" in img:
+        lines.append(f"- data: `{img['data']['command']}`: {img['data']['built_from']}; "
+                     f"image {img['data']['image_bytes'] / 1e6:.0f} MB.")
+    if "services" in img:
+        lines.append(f"- services: {img['services']['count']} images, {img['services']['image_bytes'] / 1e6:.0f} MB "
+                     f"in all ({img['services']['smallest_bytes'] / 1024:.0f} KiB to "
+                     f"{img['services']['largest_bytes'] / 2**20:.1f} MiB): {img['services']['built_from']}.")
+    lines.append("")
     lines += _targets_md(results)
     # Experiments left out with --only get no section.
     for key, section in (("E1", _e1_md), ("E2", _e2_md), ("E3", _e3_md), ("E4", lambda e, _label: _e4_md(e))):

@@ -18,8 +18,7 @@ use fuser::{
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
-use squashd_fuse::page_store::PageStore;
-use squashd_fuse::page_store::StoreBytes;
+use squashd_fuse::page_store::{PageStore, StoreBytes};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

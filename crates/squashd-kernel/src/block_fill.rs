@@ -26,11 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// `FILEID_INO32_GEN`: a 32-bit inode number and a generation, the handles EROFS gives.
+/// `FILEID_INO32_GEN`: a 32-bit inode number and a generation (`generic_encode_ino32_fh`), the
+/// handles EROFS gave before it encoded 64-bit nids.
 const FILEID_INO32_GEN: i32 = 1;
 
-/// `FILEID_INO64_GEN`: a 64-bit inode number (high word first) and a generation, which later
-/// kernels may give for EROFS.
+/// `FILEID_INO64_GEN`: a 64-bit inode number (high word first) and a generation, the handles
+/// EROFS gives on Linux 6.18.
 const FILEID_INO64_GEN: i32 = 0x81;
 
 /// The largest piece one `posix_fadvise(WILLNEED)` reads: the kernel caps a forced read-ahead

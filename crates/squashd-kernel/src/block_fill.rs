@@ -69,7 +69,10 @@ struct Mounted {
 /// Fills EROFS's page cache with the rest of blocks read in part.
 #[derive(Debug)]
 pub struct BlockFill {
-    mounted: OnceLock<Mounted>,
+    /// Where the mount is and what it was made from, once mounted.
+    target: OnceLock<(PathBuf, PathBuf)>,
+    /// The mount, once looked up (None: it cannot be used).
+    mounted: OnceLock<Option<Mounted>>,
     /// `block + 1` of recent fills, by `block % RECENT` (0: none).
     recent: [AtomicU64; RECENT],
     /// When each recent fill stops counting, in ms since `epoch`.
@@ -83,6 +86,7 @@ pub struct BlockFill {
 impl Default for BlockFill {
     fn default() -> Self {
         BlockFill {
+            target: OnceLock::new(),
             mounted: OnceLock::new(),
             recent: std::array::from_fn(|_| AtomicU64::new(0)),
             until: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -101,7 +105,7 @@ pub struct FillStats {
     pub fills: u64,
     /// Bytes asked for (the pages EROFS already had are not read again).
     pub filled_bytes: u64,
-    /// Fills that could not be asked for (the mount moved, or the kernel refused the handle).
+    /// Fills that could not be asked for (the mount moved, or cannot be used: see the log).
     pub failures: u64,
 }
 
@@ -112,45 +116,31 @@ impl BlockFill {
     }
 
     /// Fills go to the EROFS mount on `mountpoint` from now on: the one made from the metadata
-    /// image `source` (a file of the blob file system), found in /proc/self/mountinfo, so that
-    /// a path that leads elsewhere (over-mounted since, or swapped) is never taken for it.
-    /// Fails, and fills stay off, when it is not there or its file handles are of a kind not
-    /// known here.
-    pub fn attach(&self, mountpoint: &Path, source: &Path) -> std::io::Result<()> {
-        let dev = erofs_dev(source)?;
-        let root = rustix::fs::open(
-            mountpoint,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )?;
-        let stat = rustix::fs::fstat(&root)?;
-        if stat.st_dev != dev {
-            return Err(std::io::Error::other(format!(
-                "{} is not the EROFS mount of {}",
-                mountpoint.display(),
-                source.display()
-            )));
-        }
-        let handles = root_handle_kind(&root, stat.st_ino).ok_or_else(|| {
-            std::io::Error::other(format!(
-                "{}: EROFS file handles of an unknown kind",
-                mountpoint.display()
-            ))
-        })?;
-        // Opening by handle takes CAP_DAC_READ_SEARCH: tried once here on the root, rather than
-        // failing on every fill.
-        open_by_nid(&root, handles, stat.st_ino).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("{}: cannot open files by handle: {e}", mountpoint.display()),
-            )
-        })?;
-        let _ = self.mounted.set(Mounted {
-            mountpoint: mountpoint.to_path_buf(),
-            dev,
-            handles,
-        });
-        Ok(())
+    /// image `source` (a file of the blob file system). Cheap: the mount is looked up on the
+    /// first fill (a mount that is never read at random costs nothing; mounting 69 images at
+    /// boot reads /proc/self/mountinfo no more often).
+    pub fn attach(&self, mountpoint: &Path, source: &Path) {
+        let _ = self
+            .target
+            .set((mountpoint.to_path_buf(), source.to_path_buf()));
+    }
+
+    /// The mount fills go to, looked up once; None until [`BlockFill::attach`], or when it
+    /// cannot be used (said once, in the log).
+    fn mounted(&self) -> Option<&Mounted> {
+        let (mountpoint, source) = self.target.get()?;
+        self.mounted
+            .get_or_init(|| match find_mount(mountpoint, source) {
+                Ok(mounted) => Some(mounted),
+                Err(e) => {
+                    tracing::warn!(
+                        "random reads of {} fill no whole blocks: {e}",
+                        mountpoint.display()
+                    );
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// Whether blob block `block` (the first 4 KiB block of a SquashFS block in the blob) is
@@ -168,7 +158,11 @@ impl BlockFill {
     /// Asks EROFS to read bytes `offset..offset + len` of the file with nid `nid` ahead, the
     /// rest of blob block `block`. Returns whether it could be asked.
     pub fn fill(&self, block: u64, nid: u64, offset: u64, len: u64) -> bool {
-        let Some(mounted) = self.mounted.get() else {
+        if self.target.get().is_none() {
+            return false;
+        }
+        let Some(mounted) = self.mounted() else {
+            self.failures.fetch_add(1, Ordering::Relaxed);
             return false;
         };
         let slot = (block % RECENT as u64) as usize;
@@ -192,6 +186,37 @@ impl BlockFill {
             failures: self.failures.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The EROFS mount on `mountpoint` made from the metadata image `source`: found in
+/// /proc/self/mountinfo by its source (a name of the blob file system no other mount has), so
+/// that a path that leads elsewhere (over-mounted since, or swapped) is never taken for it.
+/// Fails when it is not there, when its file handles are of a kind not known here, or when
+/// files cannot be opened by handle (that takes CAP_DAC_READ_SEARCH).
+fn find_mount(mountpoint: &Path, source: &Path) -> std::io::Result<Mounted> {
+    let dev = erofs_dev(source)?;
+    let root = rustix::fs::open(
+        mountpoint,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let stat = rustix::fs::fstat(&root)?;
+    if stat.st_dev != dev {
+        return Err(std::io::Error::other(format!(
+            "{} is not the EROFS mount of {}",
+            mountpoint.display(),
+            source.display()
+        )));
+    }
+    let handles = root_handle_kind(&root, stat.st_ino)
+        .ok_or_else(|| std::io::Error::other("EROFS file handles of an unknown kind"))?;
+    open_by_nid(&root, handles, stat.st_ino)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot open files by handle: {e}")))?;
+    Ok(Mounted {
+        mountpoint: mountpoint.to_path_buf(),
+        dev,
+        handles,
+    })
 }
 
 /// The device number of the EROFS mount whose source is `source`, from /proc/self/mountinfo

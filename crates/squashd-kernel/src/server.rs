@@ -94,7 +94,7 @@ pub struct BlobReadStats {
     pub fills: u64,
     /// Bytes those fills asked for (pages EROFS already had are not read again).
     pub filled_bytes: u64,
-    /// Fills that could not be asked for (the mount moved, or the kernel refused the handle).
+    /// Fills that could not be asked for (the mount moved, or cannot be used: see the log).
     pub fill_failures: u64,
 }
 
@@ -184,14 +184,9 @@ impl KernelPath {
                 source,
             });
         }
-        // Without it random reads still work, a page at a time.
-        let source = self.blobs.path(&meta_name);
-        if let Err(e) = blob.block_fill().attach(mountpoint, &source) {
-            tracing::warn!(
-                "reads of {} fill no whole blocks: {e}",
-                mountpoint.display()
-            );
-        }
+        // Random reads of the mount fill whole blocks into EROFS's page cache from now on.
+        blob.block_fill()
+            .attach(mountpoint, &self.blobs.path(&meta_name));
         Ok(KernelMount {
             blobs: files.clone(),
             meta_name,

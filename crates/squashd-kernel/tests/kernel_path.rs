@@ -280,7 +280,7 @@ fn a_random_read_fills_its_whole_block() {
         2,
     );
     let source = m.blobs.path("data.meta");
-    m.blob.block_fill().attach(&m.mnt, &source).unwrap();
+    m.blob.block_fill().attach(&m.mnt, &source);
     let file = fs::File::open(m.mnt.join("big")).unwrap();
     // As fio does for random reads: no read-ahead of the kernel's own to help.
     rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random).unwrap();

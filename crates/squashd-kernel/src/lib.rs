@@ -5,7 +5,9 @@
 //! exposes the image's file data as one virtual, uncompressed, block-aligned blob file on its
 //! own FUSE mount ([`blobfs`]), and mounts the kernel's EROFS on the two ([`erofs_mount`]).
 //! Walks, lookups, stats, readlink and xattrs then never leave the kernel; only data reads that
-//! miss EROFS's page cache reach squashd, which decompresses them through its caches.
+//! miss EROFS's page cache reach squashd, which decompresses them through its caches. A random
+//! read of part of a block brings the whole block into EROFS's page cache ([`block_fill`]), so
+//! that the block's other pages never reach squashd.
 
 #![deny(missing_docs)]
 

@@ -34,6 +34,9 @@ def parse_args():
                                                      "release", "squashd"),
                    help="the squashd binary (default: release build in $CARGO_TARGET_DIR, else target/)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build first")
+    p.add_argument("--kernel-variant", action="append", default=[], metavar="NAME=BIN[@VAR=VALUE...]",
+                   help="also run squashd's kernel path from another build (or with variables set in its "
+                        "environment) in E1 and E2, as squashd_kernel_NAME; may be repeated")
     p.add_argument("--only", default="E1,E2,E3,E4",
                    help="comma-separated experiments to run (E5, remote images, runs only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
@@ -102,7 +105,13 @@ def main():
     erofs = Erofs()
     if not erofs.skip_reason and images.erofs_unavailable():
         erofs.skip_reason = images.erofs_unavailable()
-    systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd), SquashdKernel(squashd), erofs]
+    variants = []
+    for spec in args.kernel_variant:
+        name, _, rest = spec.partition("=")
+        binary, *env = rest.split("@")
+        variants.append(SquashdKernel(os.path.abspath(binary), variant=name,
+                                      env=dict(e.split("=", 1) for e in env)))
+    systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd), SquashdKernel(squashd), *variants, erofs]
     by_name = {s.name: s for s in systems}
     for s in systems:
         log(f"{s.name}: " + (f"skipped: {s.skip_reason}" if s.skip_reason else f"{s.label} ({s.version})"))
@@ -118,8 +127,10 @@ def main():
                     for s in systems],
     }
     try:
-        results["images"] = images.build_all(mode)
-        usr, data, services = results["images"]["usr"], results["images"]["data"], results["images"]["services"]
+        needed = [name for name, users in (("usr", {"E1", "E4", "E5"}), ("data", {"E2", "E4", "E5"}),
+                                           ("services", {"E3"})) if users & only]
+        results["images"] = images.build_all(mode, needed)
+        usr, data, services = (results["images"].get(k) for k in ("usr", "data", "services"))
         if not erofs.skip_reason and only & {"E1", "E2"}:
             try:
                 for key, want in (("usr", "E1"), ("data", "E2")):
@@ -141,16 +152,17 @@ def main():
             results["E1"]["same_cpu"] = experiments.e1_same_cpu(by_name["squashd"], pinned, usr, args.runs)
         # E2 also runs squashd with a data budget that holds the whole file: what the cache
         # buys once the page cache is dropped (the default budget, 256 MiB, holds a quarter).
-        budget = f"{(data['file_bytes'] * 5 // 4) >> 20}MiB"
+        budget = f"{((data['file_bytes'] if data else 0) * 5 // 4) >> 20}MiB"
         big = Squashd(squashd, options=f"data_cache={budget}", name="squashd_big",
                       label=f"squashd, data_cache={budget}")
         results["systems"].append({"name": big.name, "label": big.label, "version": big.version,
                                    "skip_reason": big.skip_reason})
         results["E2"] = (experiments.e2_reads(systems + [big], data, args.runs, 3 if args.quick else 10) if "E2" in only
-                         else dict(empty, file_bytes=data["file_bytes"], random_runtime=0))
-        results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs"], services, args.runs)
+                         else dict(empty, file_bytes=data["file_bytes"] if data else 0, random_runtime=0))
+        results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs" and x not in variants],
+                                             services, args.runs)
                          if "E3" in only
-                         else dict(empty, count=services["count"]))
+                         else dict(empty, count=services["count"] if services else 0))
         results["E4"] = (experiments.e4_offline(squashd, usr, data, ns, args.runs, 8 if args.quick else 2) if "E4" in only
                          else {"ls": {}, "extract": {}, "walk": {}, "split": [], "skipped": {"all": "not run"}})
         if "E5" in only:

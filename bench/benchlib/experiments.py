@@ -135,6 +135,12 @@ def e2_reads(systems, data, runs, random_runtime):
                                                                s.backing_files(data["path"], mnt).items() if v},
                                       "run": r + 1}
                             out.setdefault("memory", {}).setdefault(s.name, []).append(memory)
+                        if kind == "rand_4k" and out.get("memory", {}).get(s.name):
+                            # What the random pass left cached: for the kernel path, whether the
+                            # blob's own page cache stays out of it (data cached once).
+                            out["memory"][s.name][-1]["backing_cached_after_rand_bytes"] = {
+                                k: cached_bytes(v) for k, v in s.backing_files(data["path"], mnt).items() if v}
+                            out["memory"][s.name][-1]["file_cached_after_rand_bytes"] = cached_bytes(f)
                     if not counters["after_seq_cold"]:
                         counters = None
             except Exception as e:  # noqa: BLE001

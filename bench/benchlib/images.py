@@ -222,9 +222,11 @@ def build_services():
     return meta
 
 
-def build_all(mode):
+def build_all(mode, needed=("usr", "data", "services")):
+    """The images of `needed` (the full usr takes minutes to build: E2 alone does not need it)."""
     os.makedirs(WORK_DIR, exist_ok=True)
-    return {"usr": build_usr(mode), "data": build_data(mode), "services": build_services()}
+    builders = {"usr": lambda: build_usr(mode), "data": lambda: build_data(mode), "services": build_services}
+    return {name: build() for name, build in builders.items() if name in needed}
 
 
 # The kernel's EROFS on a metadata image + a blob of file data, as composefs and nydus lay it

@@ -225,8 +225,15 @@ class SquashdKernel(Squashd):
 
     fuse = False
 
-    def __init__(self, binary):
-        super().__init__(binary, options="kernel", name="squashd_kernel", label="squashd, kernel path (EROFS)")
+    def __init__(self, binary, variant=None, env=None):
+        """`variant`: the name of another build or setting (`run.py --kernel-variant`), shown as
+        squashd_kernel_VARIANT; `env`: variables added to the environment of its mounts."""
+        name = f"squashd_kernel_{variant}" if variant else "squashd_kernel"
+        label = "squashd, kernel path (EROFS)" + (f", {variant}" if variant else "")
+        super().__init__(binary, options="kernel", name=name, label=label)
+        self.env = env or {}
+        if variant:
+            self.version = f"{self.version} ({binary}" + "".join(f", {k}={v}" for k, v in self.env.items()) + ")"
         self.last_mount_seconds = None
         if self.skip_reason:
             return
@@ -239,7 +246,8 @@ class SquashdKernel(Squashd):
 
     def mount(self, image, mnt):
         start = time.perf_counter()
-        run([self.binary, "mount", image, mnt, "-o", f"kernel,control={self._socket(mnt)}"])
+        run([self.binary, "mount", image, mnt, "-o", f"kernel,control={self._socket(mnt)}"],
+            env=dict(os.environ, **self.env) if self.env else None)
         self.last_mount_seconds = time.perf_counter() - start
         if not mounted(mnt):
             raise RuntimeError(f"squashd mount -o kernel returned but {mnt} is not mounted")

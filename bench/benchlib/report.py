@@ -7,6 +7,27 @@ from .common import summary
 ORDER = ["kernel", "squashfuse", "squashd", "squashd_big", "squashd_kernel", "erofs"]
 COLORS = {"kernel": "#4c72b0", "squashfuse": "#dd8452", "squashd": "#55a868", "squashd_big": "#2e7d32",
           "squashd_kernel": "#c44e52", "erofs": "#937860", "unsquashfs": "#8172b3"}
+# Extra builds or settings of the kernel path (`run.py --kernel-variant NAME=...`) are named
+# squashd_kernel_NAME and shown right after squashd_kernel, in a colour of their own.
+VARIANT_COLORS = ["#da8bc3", "#8c613c", "#64b5cd", "#ccb974"]
+
+
+def _in_order(names):
+    """`names` (systems of a section) in report order, kernel-path variants after squashd_kernel."""
+    variants = sorted(n for n in names if n.startswith("squashd_kernel_"))
+    out = []
+    for s in ORDER:
+        if s in names:
+            out.append(s)
+        if s == "squashd_kernel":
+            out += variants
+    return out
+
+
+def _color(s):
+    if s in COLORS:
+        return COLORS[s]
+    return VARIANT_COLORS[sum(map(ord, s)) % len(VARIANT_COLORS)]
 
 
 def _fmt_s(st):
@@ -43,15 +64,20 @@ def markdown(results):
         f"Command: `{results['command']}`. Each figure is the median of {results['runs']} runs, "
         "with min–max in parentheses; ratios are medians divided, taken in the same run.",
         "",
-        "Images (built by the suite on this machine):",
-        "",
-        f"- usr: `{img['usr']['command']}`: {img['usr']['built_from']}; image {img['usr']['image_bytes'] / 1e9:.2f} GB.",
-        f"- data: `{img['data']['command']}`: {img['data']['built_from']}; image {img['data']['image_bytes'] / 1e6:.0f} MB.",
-        f"- services: {img['services']['count']} images, {img['services']['image_bytes'] / 1e6:.0f} MB in all "
-        f"({img['services']['smallest_bytes'] / 1024:.0f} KiB to {img['services']['largest_bytes'] / 2**20:.1f} MiB): "
-        f"{img['services']['built_from']}.",
+        "Images (built by the suite on this machine; only those the experiments run need):",
         "",
     ]
+    if "usr" in img:
+        lines.append(f"- usr: `{img['usr']['command']}`: {img['usr']['built_from']}; "
+                     f"image {img['usr']['image_bytes'] / 1e9:.2f} GB.")
+    if "data" in img:
+        lines.append(f"- data: `{img['data']['command']}`: {img['data']['built_from']}; "
+                     f"image {img['data']['image_bytes'] / 1e6:.0f} MB.")
+    if "services" in img:
+        lines.append(f"- services: {img['services']['count']} images, {img['services']['image_bytes'] / 1e6:.0f} MB "
+                     f"in all ({img['services']['smallest_bytes'] / 1024:.0f} KiB to "
+                     f"{img['services']['largest_bytes'] / 2**20:.1f} MiB): {img['services']['built_from']}.")
+    lines.append("")
     lines += _targets_md(results)
     # Experiments left out with --only get no section.
     for key, section in (("E1", _e1_md), ("E2", _e2_md), ("E3", _e3_md), ("E4", lambda e, _label: _e4_md(e))):
@@ -128,7 +154,7 @@ def _e1_md(e1, label):
     out = ["## E1: parallel `find` walks of usr", "",
            f"N concurrent `find MNT -print > /dev/null`; cold = fresh mount after drop_caches, warm = the same "
            f"N again on that mount. {e1.get('entries') or '?'} entries.", ""]
-    systems = [s for s in ORDER if s in e1["rows"]]
+    systems = _in_order(e1["rows"])
     if systems:
         head = "| N | " + " | ".join(label[s] for s in systems)
         ratios = [("squashd", "kernel"), ("squashd", "squashfuse"), ("squashd_kernel", "kernel"),
@@ -212,8 +238,9 @@ def _e2_md(e2, label):
            "`fio --ioengine=psync --iodepth=1 --numjobs=1`: 128 KiB sequential cold (fresh mount, drop_caches), "
            "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads for "
            f"{e2['random_runtime']} s.", ""]
-    systems = [s for s in ORDER if s in e2["rows"]]
-    ours = [s for s in ("squashd", "squashd_big", "squashd_kernel", "erofs") if s in systems and "kernel" in systems]
+    systems = _in_order(e2["rows"])
+    ours = [s for s in systems if (s in ("squashd", "squashd_big", "squashd_kernel", "erofs")
+                                   or s.startswith("squashd_kernel_")) and "kernel" in systems]
     if systems:
         out += ["| | " + " | ".join(label[s] for s in systems) + "".join(f" | {label[s]} / kernel" for s in ours)
                 + " |", "|" + "---|" * (1 + len(systems) + len(ours))]
@@ -233,7 +260,7 @@ def _e2_md(e2, label):
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         out.append("")
     mem = e2.get("memory", {})
-    msys = [s for s in ORDER if s in mem and s in e2["rows"]]
+    msys = [s for s in _in_order(e2["rows"]) if s in mem]
     if msys:
         out += [f"Memory after the sequential cold read of the whole file ({e2['file_bytes'] >> 20} MiB; fresh mount, "
                 "drop_caches just before): growth of `Cached` in /proc/meminfo, and the RSS of the serving "
@@ -251,6 +278,19 @@ def _e2_md(e2, label):
                        + (f"{r['median']:.1f} MiB ({r['min']:.1f}–{r['max']:.1f})" if r else "- (kernel)") + " | "
                        + (f"{fc['median']:.0f} MiB" if fc else "?") + f" | {back_txt or '-'} |")
         out.append("")
+        after = [(s, mem[s][-1]) for s in msys if "backing_cached_after_rand_bytes" in mem[s][-1]]
+        if after:
+            out += ["After the random reads (last run): the file's pages cached, and what the mount reads from "
+                    "(fincore); for squashd's kernel path the blob should hold none (its data lives once, in "
+                    "EROFS's page cache).", "",
+                    "| | the file's pages cached | backing files' pages cached |", "|---|---|---|"]
+            for s, m in after:
+                fc = m.get("file_cached_after_rand_bytes")
+                back = m["backing_cached_after_rand_bytes"]
+                out.append(f"| {label[s]} | " + (f"{fc / 2**20:.0f} MiB" if fc is not None else "?") + " | "
+                           + ("; ".join(f"{k} {v / 2**20:.0f} MiB" if v is not None else f"{k} ?"
+                                        for k, v in back.items()) or "-") + " |")
+            out.append("")
     out += _mount_md(e2.get("mount", {}).get("squashd_kernel"), "squashd_kernel")
     for key in ("squashd", "squashd_big", "squashd_kernel"):
         if key not in label:
@@ -267,7 +307,7 @@ def _e3_md(e3, label):
            "All mounted at once after drop_caches, each root listed (in the harness's process) once its mount "
            "is up: time until all are listed; memory after "
            "walking every image once (FUSE: RSS sum of the serving processes; kernel: slab growth).", ""]
-    systems = [s for s in ORDER if s in e3["rows"]]
+    systems = _in_order(e3["rows"])
     if systems:
         out += ["| | " + " | ".join(label[s] for s in systems) + " |", "|" + "---|" * (1 + len(systems))]
         out.append("| time to all mounted and listed | " + " | ".join(
@@ -387,7 +427,7 @@ def plots(results, out_dir, prefix):
             st = [summary(e1["rows"][s][phase][str(n)]) for n in e1["ns"]]
             med = [x["median"] for x in st]
             err = [[x["median"] - x["min"] for x in st], [x["max"] - x["median"] for x in st]]
-            ax.errorbar(e1["ns"], med, yerr=err, marker="o", capsize=3, label=label[s], color=COLORS[s])
+            ax.errorbar(e1["ns"], med, yerr=err, marker="o", capsize=3, label=label[s], color=_color(s))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(e1["ns"], [str(n) for n in e1["ns"]])
@@ -399,16 +439,16 @@ def plots(results, out_dir, prefix):
     save(fig, "e1")
 
     e2 = results["E2"]
-    systems = [s for s in ORDER if s in e2["rows"]]
+    systems = _in_order(e2["rows"])
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 1.3]})
     kinds = [("seq_cold", "cold"), ("seq_invalidated", "invalidated"), ("seq_warm", "warm")]
     width = 0.8 / max(1, len(systems))
     for i, s in enumerate(systems):
         meds = [summary([x["bw_bytes"] / 2**20 for x in e2["rows"][s][k]])["median"] for k, _ in kinds]
-        bars = a.bar([j + i * width for j in range(len(kinds))], meds, width, label=label[s], color=COLORS[s])
+        bars = a.bar([j + i * width for j in range(len(kinds))], meds, width, label=label[s], color=_color(s))
         a.bar_label(bars, fmt="%.0f", fontsize=8)
         iops = summary([x["iops"] for x in e2["rows"][s]["rand_4k"]])["median"]
-        b.bar_label(b.bar(i, iops / 1000, color=COLORS[s]), fmt="%.1fk", fontsize=8)
+        b.bar_label(b.bar(i, iops / 1000, color=_color(s)), fmt="%.1fk", fontsize=8)
     a.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(kinds))], [n for _, n in kinds])
     a.set_yscale("log")
     a.set_ylabel("MiB/s (log scale, higher is better)")
@@ -420,13 +460,13 @@ def plots(results, out_dir, prefix):
     save(fig, "e2")
 
     e3 = results["E3"]
-    systems = [s for s in ORDER if s in e3["rows"]]
+    systems = _in_order(e3["rows"])
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
     for i, s in enumerate(systems):
         st = summary(e3["rows"][s]["seconds"])
         a.bar_label(a.bar(i, st["median"], yerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]],
-                          capsize=4, color=COLORS[s]), fmt="%.2f s", fontsize=8, label_type="center")
-        b.bar_label(b.bar(i, summary(e3["rows"][s]["memory_bytes"])["median"] / 2**20, color=COLORS[s]),
+                          capsize=4, color=_color(s)), fmt="%.2f s", fontsize=8, label_type="center")
+        b.bar_label(b.bar(i, summary(e3["rows"][s]["memory_bytes"])["median"] / 2**20, color=_color(s)),
                     fmt="%.0f MiB", fontsize=8)
     a.set_xticks(range(len(systems)), systems, fontsize=7)
     a.set_ylabel("seconds")

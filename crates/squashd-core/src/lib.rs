@@ -5,7 +5,8 @@
 //! [`cache`] (byte-budgeted single-flight caches with counters), and [`Image`], the API the
 //! tools, the FUSE adapter and the daemon use. Beside them, [`prefetch`] decompresses ahead of
 //! sequential readers on a pool of [`workers`], for whatever serves reads (the FUSE mount, the
-//! kernel path's blob).
+//! kernel path's blob), and [`read_policy`] decides, for a reader whose page cache keeps what
+//! it reads, which blocks go through the data cache.
 //!
 //! ```no_run
 //! use squashd_core::{Image, OpenOptions};
@@ -30,6 +31,7 @@ mod error;
 pub mod format;
 mod image;
 pub mod prefetch;
+pub mod read_policy;
 pub mod source;
 pub mod workers;
 

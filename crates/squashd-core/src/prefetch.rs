@@ -29,8 +29,9 @@ pub struct ReadState {
 impl ReadState {
     /// The chunks below this index were queued for read-ahead (and may be loading now), if
     /// asked before [`Prefetcher::on_read`] notes the read at hand: a reader then goes through
-    /// the data cache for them, where a load in flight is waited for rather than done again.
-    pub fn queued_until(&self) -> u64 {
+    /// the data cache for them, where a load in flight is waited for rather than done again
+    /// (see [`crate::read_policy`]).
+    pub(crate) fn queued_until(&self) -> u64 {
         self.queued_until.load(Ordering::Relaxed)
     }
 }
@@ -76,11 +77,9 @@ impl Prefetcher {
     }
 
     /// Notes a read of `len` bytes at `offset` of `reader`'s file and, if it continues the
-    /// previous one, queues the chunks after it.
-    pub fn on_read(&self, state: &ReadState, reader: &FileReader, offset: u64, len: u64) {
-        if self.threads == 0 || self.window == 0 {
-            return;
-        }
+    /// previous one, queues the chunks after it. Returns whether it continued the previous one
+    /// (a reader streaming through the file, rather than seeking).
+    pub fn on_read(&self, state: &ReadState, reader: &FileReader, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len).min(reader.size());
         let previous_end = state.next_offset.swap(end, Ordering::Relaxed);
         let bs = reader.block_size() as u64;
@@ -91,10 +90,10 @@ impl Prefetcher {
             // A seek: forget what was queued, so that reading this stretch again (or any
             // other) in order gets read-ahead anew.
             state.queued_until.store(0, Ordering::Relaxed);
-            return;
+            return false;
         }
-        if end == 0 {
-            return;
+        if self.threads == 0 || self.window == 0 || end == 0 {
+            return true;
         }
         let last = (end - 1) / bs;
         let stop = (last + 1 + self.window).min(reader.chunk_count());
@@ -103,7 +102,7 @@ impl Prefetcher {
             .fetch_max(stop, Ordering::Relaxed)
             .max(last + 1);
         if from >= stop {
-            return;
+            return true;
         }
         for index in from..stop {
             let job = Job {
@@ -114,5 +113,6 @@ impl Prefetcher {
                 break;
             }
         }
+        true
     }
 }

@@ -63,4 +63,6 @@ mod xattr;
 
 pub use error::{Error, Result};
 pub use tree::{Chunk, FileData, Kind, Metadata, NodeId, Rdev, Timestamp, Tree};
-pub use writer::{write, write_to, CompactMtime, ImageInfo, WriteOptions};
+pub use writer::{
+    write, write_to, write_to_with_nids, write_with_nids, CompactMtime, ImageInfo, WriteOptions,
+};

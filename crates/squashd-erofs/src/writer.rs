@@ -76,12 +76,33 @@ pub struct ImageInfo {
 /// Writes the metadata image of `tree` to `out`, streaming: the image is not held in memory
 /// (block 0 aside). Nothing is written when the tree or options are refused.
 pub fn write_to(tree: &Tree, opts: &WriteOptions, out: impl Write) -> Result<ImageInfo> {
-    build(tree, opts, out).map(|(info, _)| info)
+    build(tree, opts, out, &[]).map(|(info, _, _)| info)
 }
 
 /// Returns the metadata image of `tree`.
 pub fn write(tree: &Tree, opts: &WriteOptions) -> Result<Vec<u8>> {
-    Ok(build(tree, opts, Vec::new())?.1)
+    Ok(build(tree, opts, Vec::new(), &[])?.1)
+}
+
+/// [`write_to()`], also returning the nid of each node of `wanted`, in that order: the inode
+/// number the kernel gives the node once the image is mounted, which names it in a file handle
+/// (`open_by_handle_at(2)`).
+pub fn write_to_with_nids(
+    tree: &Tree,
+    opts: &WriteOptions,
+    out: impl Write,
+    wanted: &[NodeId],
+) -> Result<(ImageInfo, Vec<u64>)> {
+    build(tree, opts, out, wanted).map(|(info, _, nids)| (info, nids))
+}
+
+/// [`write()`], also returning the nid of each node of `wanted` (see [`write_to_with_nids()`]).
+pub fn write_with_nids(
+    tree: &Tree,
+    opts: &WriteOptions,
+    wanted: &[NodeId],
+) -> Result<(Vec<u8>, Vec<u64>)> {
+    build(tree, opts, Vec::new(), wanted).map(|(_, image, nids)| (image, nids))
 }
 
 fn check_options(opts: &WriteOptions) -> Result<u8> {
@@ -109,7 +130,12 @@ enum Piece {
     Shared(u32),
 }
 
-fn build<W: Write>(tree: &Tree, opts: &WriteOptions, out: W) -> Result<(ImageInfo, W)> {
+fn build<W: Write>(
+    tree: &Tree,
+    opts: &WriteOptions,
+    out: W,
+    wanted: &[NodeId],
+) -> Result<(ImageInfo, W, Vec<u64>)> {
     let chunk_bits = check_options(opts)?;
     let bs = u64::from(opts.block_size);
     let plan = plan::plan(tree, opts)?;
@@ -141,6 +167,15 @@ fn build<W: Write>(tree: &Tree, opts: &WriteOptions, out: W) -> Result<(ImageInf
     let blocks = u32::try_from(total_blocks).map_err(|_| Error::TooLarge("image"))?;
 
     let root_nid = placed[0].offset / inode::COMPACT_SIZE as u64;
+    let nids = wanted
+        .iter()
+        .map(|id| {
+            placed
+                .get(id.index())
+                .map(|at| at.offset / inode::COMPACT_SIZE as u64)
+                .ok_or(Error::InvalidOptions("a node asked for is not in the tree"))
+        })
+        .collect::<Result<Vec<u64>>>()?;
     let sb = SuperBlock {
         blkszbits: opts.block_size.trailing_zeros() as u8,
         // The root is placed first, in block 0 or 1, so its nid is far below 2^16.
@@ -216,7 +251,7 @@ fn build<W: Write>(tree: &Tree, opts: &WriteOptions, out: W) -> Result<(ImageInf
         extended_inodes: extended,
         root_nid,
     };
-    Ok((info, out))
+    Ok((info, out, nids))
 }
 
 /// The data of a directory (its dirent blocks) or symlink (its target).

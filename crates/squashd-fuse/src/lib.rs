@@ -61,7 +61,7 @@ mod listings;
 mod mount_point;
 mod nodes;
 mod owned_mount;
-mod page_store;
+pub mod page_store;
 mod probe;
 mod session;
 mod tree;

@@ -3,8 +3,10 @@
 //! reads of the blob become reads of the files through the image's caches. Nothing is stored:
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
+use crate::block_fill::BlockFill;
 use squashd_core::prefetch::{Prefetcher, ReadState};
-use squashd_core::{ChunkRead, FileReader, Image, InodeId};
+use squashd_core::read_policy::ReadFor;
+use squashd_core::{Chunk, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The EROFS block size the blob is aligned to.
@@ -19,6 +21,8 @@ pub struct BlobFile {
     pub size: u64,
     /// The file in the image.
     pub inode: InodeId,
+    /// Its nid in the EROFS metadata image (its inode number once mounted), once written.
+    pub nid: Option<u64>,
 }
 
 /// Where each file lies in the blob, in the order they were placed.
@@ -47,8 +51,16 @@ impl BlobLayout {
             start_block,
             size,
             inode,
+            nid: None,
         });
         Some(start_block)
+    }
+
+    /// Notes the nid of each file, in blob order (what the metadata image's writer gave).
+    pub fn set_nids(&mut self, nids: &[u64]) {
+        for (file, &nid) in self.files.iter_mut().zip(nids) {
+            file.nid = Some(nid);
+        }
     }
 
     /// The blob's length in blocks.
@@ -106,8 +118,11 @@ pub struct Blob {
     /// which for a large file costs more than the read it serves.
     readers: quick_cache::sync::Cache<usize, FileReader>,
     reads: AtomicU64,
+    /// Of them, reads a fill caused (EROFS reading the rest of a block ahead).
+    fill_reads: AtomicU64,
     failed_reads: AtomicU64,
     last_error: std::sync::Mutex<Option<String>>,
+    block_fill: BlockFill,
 }
 
 impl Blob {
@@ -122,14 +137,21 @@ impl Blob {
             reading,
             readers: quick_cache::sync::Cache::new(OPEN_READERS),
             reads: AtomicU64::new(0),
+            fill_reads: AtomicU64::new(0),
             failed_reads: AtomicU64::new(0),
             last_error: std::sync::Mutex::new(None),
+            block_fill: BlockFill::new(),
         }
     }
 
     /// Reads served.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Of the reads served, those a fill caused: the others are readers' misses.
+    pub fn fill_reads(&self) -> u64 {
+        self.fill_reads.load(Ordering::Relaxed)
     }
 
     /// What the last failed read's error said.
@@ -155,18 +177,87 @@ impl Blob {
         &self.layout
     }
 
-    /// Fills `buf` from blob offset `pos`; returns the bytes filled (short only at the end).
-    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> squashd_core::Result<usize> {
+    /// Fills `buf` from blob offset `pos`; returns the bytes filled (short only at the end) and
+    /// the blocks the read took only part of.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> squashd_core::Result<BlobRead> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let result = self.fill(pos, buf);
+        let mut parts = Vec::new();
+        let result = self.fill(pos, buf, &mut parts);
         if let Err(e) = &result {
             self.failed_reads.fetch_add(1, Ordering::Relaxed);
             *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
         }
-        result
+        result.map(|len| BlobRead { len, parts })
     }
 
-    fn fill(&self, pos: u64, buf: &mut [u8]) -> squashd_core::Result<usize> {
+    /// Answers a read that the fill of a block caused (see [`BlockFill`]) from that block in
+    /// the data cache, where the reader's read left it, without copying: the block's bytes
+    /// and the range of them read. None when `pos..pos + len` is not a fill's read within the
+    /// bytes of one block (the other reads go through [`Blob::read_at`]).
+    pub fn fill_read(
+        &self,
+        pos: u64,
+        len: u64,
+    ) -> Option<squashd_core::Result<(Chunk, std::ops::Range<usize>)>> {
+        let index = self.layout.at_or_after(pos)?;
+        let file = &self.layout.files[index];
+        let within = pos.checked_sub(file.start_block * BLOB_BLOCK)?;
+        // Block sizes are powers of two from 4 KiB to 1 MiB; the image is checked at open.
+        let bs = u64::from(self.image.block_size().max(1));
+        let chunk_start = within / bs * bs;
+        let block = (file.start_block * BLOB_BLOCK + chunk_start) / BLOB_BLOCK;
+        if within.checked_add(len)? > file.size.min(chunk_start + bs)
+            || !self.block_fill.is_filling(block)
+        {
+            return None;
+        }
+        let reader = match self.readers.get_or_insert_with(&index, || {
+            let inode = self.image.inode(file.inode)?;
+            self.image.open_file(&inode)
+        }) {
+            Ok(reader) => reader,
+            Err(e) => return Some(Err(e)),
+        };
+        let chunk = match reader.chunk(within / bs) {
+            Ok(chunk) if chunk.is_hole() => return None,
+            Ok(chunk) => chunk,
+            Err(e) => return Some(Err(e)),
+        };
+        let start = (within - chunk_start) as usize;
+        let range = start..start + len as usize;
+        chunk.bytes().get(range.clone())?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.fill_reads.fetch_add(1, Ordering::Relaxed);
+        Some(Ok((chunk, range)))
+    }
+
+    /// What fills EROFS's page cache with the rest of blocks read in part.
+    pub fn block_fill(&self) -> &BlockFill {
+        &self.block_fill
+    }
+
+    /// Asks EROFS to read the rest of each block a reader's random read took part of (see
+    /// [`BlockFill`]). Blocks read in order are left to read-ahead.
+    pub fn fill_rest(&self, parts: &[PartRead]) {
+        for part in parts.iter().filter(|p| p.random) {
+            let Some(file) = self.layout.files.get(part.file) else {
+                continue;
+            };
+            let Some(nid) = file.nid else {
+                continue;
+            };
+            let block = part.blob_offset / BLOB_BLOCK;
+            let len = part.chunk.len() as u64;
+            self.block_fill.fill(block, nid, part.file_offset, len);
+        }
+    }
+
+    fn fill(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        parts: &mut Vec<PartRead>,
+    ) -> squashd_core::Result<usize> {
         let end = self.layout.len_bytes();
         let want = (buf.len() as u64).min(end.saturating_sub(pos)) as usize;
         let mut done = 0;
@@ -200,93 +291,65 @@ impl Blob {
                 let inode = self.image.inode(file.inode)?;
                 self.image.open_file(&inode)
             })?;
-            let state = self.reading.get(index);
-            // What earlier reads queued: those blocks may be loading into the cache now.
-            let queued_until = state.map_or(0, ReadState::queued_until);
-            if let Some(state) = state {
-                // Queued before this read decompresses, so both run at once.
-                self.prefetch.on_read(state, &reader, within, n as u64);
+            let bs = u64::from(reader.block_size().max(1));
+            let first_block = start + within / bs * bs;
+            let from_fill = self.block_fill.is_filling(first_block / BLOB_BLOCK);
+            if from_fill && done == 0 {
+                self.fill_reads.fetch_add(1, Ordering::Relaxed);
             }
-            copy_file_range(&reader, within, &mut rest[..n], queued_until)?;
+            let read_for = match self.reading.get(index) {
+                Some(state) if !from_fill => ReadFor::Reader {
+                    prefetch: &self.prefetch,
+                    state,
+                },
+                _ => ReadFor::Fill,
+            };
+            let first_part = parts.len();
+            let mut part = |chunk_index: u64, chunk: &Chunk| {
+                if !from_fill {
+                    parts.push(PartRead {
+                        file: index,
+                        file_offset: chunk_index * bs,
+                        blob_offset: start + chunk_index * bs,
+                        chunk: chunk.clone(),
+                        random: false,
+                    });
+                }
+            };
+            let read = reader.read_into(within, &mut rest[..n], read_for, &mut part)?;
+            // A seek, not a fill's read: the parts it took are worth filling.
+            let random = !read.streaming && !from_fill;
+            for p in &mut parts[first_part..] {
+                p.random = random;
+            }
             done += n;
         }
         Ok(want)
     }
 }
 
-thread_local! {
-    /// Where a request thread decompresses a block it copies from.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+/// What a blob read gave.
+#[derive(Debug)]
+pub struct BlobRead {
+    /// Bytes filled.
+    pub len: usize,
+    /// The blocks it took only part of.
+    pub parts: Vec<PartRead>,
 }
 
-/// Fills `out` with the file's bytes from `offset`.
-///
-/// A block the read covers whole is decompressed into a per-thread scratch buffer, not through
-/// the data cache: EROFS keeps it in its page cache, and caching it here too would hold it
-/// twice. A block read in part goes through the data cache: EROFS keeps only the part it
-/// asked for, and a random reader will soon ask for the rest. What the cache already has (a
-/// tail end's fragment block, which many small files share, or a block read ahead) is lent
-/// from it either way. So is a block below `queued_until`, which read-ahead was asked for: it
-/// may be loading into the cache right now, and the cache waits for that load where the
-/// scratch buffer would decompress the block a second time.
-fn copy_file_range(
-    reader: &FileReader,
-    offset: u64,
-    out: &mut [u8],
-    queued_until: u64,
-) -> squashd_core::Result<()> {
-    let bs = u64::from(reader.block_size().max(1));
-    let mut pos = offset;
-    let mut done = 0;
-    while done < out.len() {
-        let index = pos / bs;
-        let within = (pos % bs) as usize;
-        let dest = &mut out[done..];
-        let whole_block = within == 0 && dest.len() as u64 >= bs.min(reader.size() - pos);
-        if !whole_block || index < queued_until {
-            let chunk = reader.chunk(index)?;
-            let n = dest.len().min(chunk.len().saturating_sub(within));
-            if n == 0 {
-                dest.fill(0);
-                break;
-            }
-            if chunk.is_hole() {
-                dest[..n].fill(0);
-            } else {
-                dest[..n].copy_from_slice(&chunk.bytes()[within..within + n]);
-            }
-            done += n;
-            pos += n as u64;
-            continue;
-        }
-        let n = SCRATCH.with_borrow_mut(|scratch| -> squashd_core::Result<usize> {
-            let bytes: &[u8] = match reader.read_chunk_into(index, scratch)? {
-                ChunkRead::Hole(len) => {
-                    let n = dest.len().min(len.saturating_sub(within));
-                    dest[..n].fill(0);
-                    return Ok(n);
-                }
-                ChunkRead::Data => scratch,
-                ChunkRead::Cached(chunk) => {
-                    let bytes = chunk.bytes();
-                    let n = dest.len().min(bytes.len().saturating_sub(within));
-                    dest[..n].copy_from_slice(&bytes[within..within + n]);
-                    return Ok(n);
-                }
-            };
-            let n = dest.len().min(bytes.len().saturating_sub(within));
-            dest[..n].copy_from_slice(&bytes[within..within + n]);
-            Ok(n)
-        })?;
-        if n == 0 {
-            // The image holds less than the inode's size says: zeros, as past a short read.
-            dest.fill(0);
-            break;
-        }
-        done += n;
-        pos += n as u64;
-    }
-    Ok(())
+/// A block a blob read took only part of.
+#[derive(Debug, Clone)]
+pub struct PartRead {
+    /// The file's index in the layout.
+    pub file: usize,
+    /// Where the block starts in the file.
+    pub file_offset: u64,
+    /// Where the block starts in the blob.
+    pub blob_offset: u64,
+    /// Its bytes, from the data cache.
+    pub chunk: Chunk,
+    /// Whether the read was a seek, not the next of a stream.
+    pub random: bool,
 }
 
 impl std::fmt::Debug for Blob {

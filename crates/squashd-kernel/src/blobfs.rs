@@ -5,19 +5,23 @@
 //! and tmpfs has not, so the metadata image never touches a disk either.
 //!
 //! The blob is opened for direct I/O (FOPEN_DIRECT_IO): EROFS keeps the data it reads in its
-//! own page cache, so caching it here too would hold every byte twice. Nothing in the daemon
-//! reads through these files or through the EROFS mounts on them; only the kernel does.
+//! own page cache, so caching it here too would hold every byte twice. A random read of part of
+//! a block has EROFS read the rest of the block too ([`crate::block_fill`]), so that the block
+//! is decompressed once and its other pages cost no round trip. Apart from those fills, nothing
+//! in the daemon reads through these files or through the EROFS mounts on them; only the
+//! kernel does.
 
 use crate::blob::Blob;
-use crate::meta_file::{MetaFile, PageFiller};
+use crate::meta_file::MetaFile;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
+use squashd_fuse::page_store::{PageStore, StoreBytes};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -180,23 +184,43 @@ pub struct BlobFs {
     /// Open files, by handle: a removed name stays readable through handles opened before.
     open: RwLock<HashMap<u64, (u64, Arc<BlobFsContent>)>>,
     next_handle: AtomicU64,
-    filler: PageFiller,
+    store: PageStore,
+    /// Request threads that may be asking for a fill at once: one fewer than there are. A
+    /// fill's read-ahead can wait (for a slot among the kernel's background requests, or a read
+    /// of the metadata image), and only a request thread ends that wait.
+    fill_permits: AtomicUsize,
 }
 
 impl BlobFs {
-    /// A file system serving `files`.
-    pub fn new(files: BlobFiles) -> Self {
+    /// A file system serving `files` from `threads` request threads.
+    pub fn new(files: BlobFiles, threads: usize) -> Self {
         BlobFs {
             files,
             open: RwLock::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
-            filler: PageFiller::default(),
+            store: PageStore::new(),
+            fill_permits: AtomicUsize::new(threads.saturating_sub(1)),
+        }
+    }
+
+    /// Asks for the rest of the blocks `parts` took part of (see [`crate::block_fill`]), if
+    /// another request thread is left to answer the reads that causes.
+    fn fill_rest(&self, blob: &Blob, parts: &[crate::blob::PartRead]) {
+        if !parts.iter().any(|p| p.random) {
+            return;
+        }
+        let taken = self
+            .fill_permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if taken.is_ok() {
+            blob.fill_rest(parts);
+            self.fill_permits.fetch_add(1, Ordering::AcqRel);
         }
     }
 
     /// Where the session's notifier goes once the session exists (for page-cache stores).
     pub fn notifier_slot(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
-        self.filler.notifier_slot()
+        self.store.notifier_slot()
     }
 
     fn attr(node: u64, content: Option<&BlobFsContent>) -> FileAttr {
@@ -238,6 +262,11 @@ impl Filesystem for BlobFs {
             let _ = config.add_capabilities(wanted);
         }
         let _ = config.set_max_readahead(1 << 20);
+        // A fill's read-ahead sends its blob reads as background requests (FUSE_ASYNC_DIO):
+        // room for more of them than the default 16, so that a request thread asking for a
+        // fill seldom waits for a slot (and never all of them: `fill_permits`).
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
         Ok(())
     }
 
@@ -289,8 +318,12 @@ impl Filesystem for BlobFs {
         self.files.opened(ino.0);
         if let BlobFsContent::Metadata(meta) = &*content {
             // Before the kernel can read it: EROFS reads its superblock and root right after
-            // this open, and finds them in the page cache (kept: FOPEN_KEEP_CACHE).
-            self.filler.store_first_window(ino.0, meta);
+            // this open, and finds them in the page cache (kept: FOPEN_KEEP_CACHE). Stored on
+            // this thread: the kernel has none of the file's pages yet, so nothing waits.
+            // Small images (most of a boot's) then cost the kernel no read at all.
+            if let Some(window) = meta.window_at(0) {
+                self.store.store_now(ino, window.offset(), window.bytes());
+            }
         }
         reply.opened(FileHandle(fh), fopen);
     }
@@ -318,10 +351,20 @@ impl Filesystem for BlobFs {
         match &*content {
             BlobFsContent::Metadata(meta) => {
                 reply.data(meta.read(offset, size));
-                self.filler.after_read(ino.0, meta, offset);
+                if let Some(window) = meta.window_at(offset) {
+                    self.store.offer(ino, window.offset(), window);
+                }
             }
             BlobFsContent::Blob(blob) => {
                 let len = (size as u64).min(blob.layout().len_bytes().saturating_sub(offset));
+                match blob.fill_read(offset, len) {
+                    Some(Ok((chunk, range))) => return reply.data(&chunk.bytes()[range]),
+                    Some(Err(e)) => {
+                        tracing::error!("{e}");
+                        return reply.error(Errno::EIO);
+                    }
+                    None => {}
+                }
                 // Each request thread reuses one buffer: a read is up to 1 MiB, and zeroing a
                 // fresh one per request would cost as much as copying the data.
                 READ_BUFFER.with_borrow_mut(|buf| {
@@ -329,7 +372,12 @@ impl Filesystem for BlobFs {
                         buf.resize(len as usize, 0);
                     }
                     match blob.read_at(offset, &mut buf[..len as usize]) {
-                        Ok(n) => reply.data(&buf[..n]),
+                        Ok(read) => {
+                            // Before the answer: the reader is then still inside its read of
+                            // the EROFS mount, which the fill opens a file of.
+                            self.fill_rest(blob, &read.parts);
+                            reply.data(&buf[..read.len]);
+                        }
                         Err(e) => {
                             tracing::error!("{e}");
                             reply.error(Errno::EIO)

@@ -41,7 +41,7 @@ impl BlobMount {
         config.acl = fuser::SessionACL::All;
         config.n_threads = Some(threads.max(1));
         config.clone_fd = true;
-        let fs = BlobFs::new(files.clone());
+        let fs = BlobFs::new(files.clone(), threads.max(1));
         let notifier_slot = fs.notifier_slot();
         let session = fuser::Session::new(fs, dir, &config)?;
         let _ = notifier_slot.set(session.notifier());

@@ -5,15 +5,18 @@
 //! exposes the image's file data as one virtual, uncompressed, block-aligned blob file on its
 //! own FUSE mount ([`blobfs`]), and mounts the kernel's EROFS on the two ([`erofs_mount`]).
 //! Walks, lookups, stats, readlink and xattrs then never leave the kernel; only data reads that
-//! miss EROFS's page cache reach squashd, which decompresses them through its caches.
+//! miss EROFS's page cache reach squashd, which decompresses them through its caches. A random
+//! read of part of a block brings the whole block into EROFS's page cache ([`block_fill`]), so
+//! that the block's other pages never reach squashd.
 
 #![deny(missing_docs)]
 
 pub mod blob;
 pub mod blobfs;
+pub mod block_fill;
 pub mod meta_file;
 
-pub use blob::{Blob, BlobFile, BlobLayout, ReadAhead, BLOB_BLOCK};
+pub use blob::{Blob, BlobFile, BlobLayout, BlobRead, PartRead, ReadAhead, BLOB_BLOCK};
 pub use blobfs::{BlobFiles, BlobFs, BlobFsContent};
 pub use meta_file::MetaFile;
 pub mod translate;
@@ -25,5 +28,6 @@ pub use erofs_mount::{mount_erofs, BlobMount};
 pub mod server;
 
 pub use server::{
-    KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared, TranslationStats,
+    BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared,
+    TranslationStats,
 };

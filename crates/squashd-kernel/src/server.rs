@@ -84,6 +84,21 @@ pub struct TranslationStats {
     pub elapsed: Duration,
 }
 
+/// What a kernel-path mount's reads of file data did, for `status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlobReadStats {
+    /// Reads of the blob that reached squashd.
+    pub blob_reads: u64,
+    /// Of them, those EROFS made to fill a block (the rest are readers' page-cache misses).
+    pub fill_reads: u64,
+    /// Blocks whose rest EROFS was asked to read after a random read of part of them.
+    pub fills: u64,
+    /// Bytes those fills asked for (pages EROFS already had are not read again).
+    pub filled_bytes: u64,
+    /// Fills that could not be asked for (the mount moved, or cannot be used: see the log).
+    pub fill_failures: u64,
+}
+
 /// One image mounted through the kernel.
 #[derive(Debug)]
 pub struct KernelMount {
@@ -178,6 +193,9 @@ impl KernelPath {
                 });
             }
         };
+        // Random reads of the mount fill whole blocks into EROFS's page cache from now on.
+        blob.block_fill()
+            .attach(mountpoint, &self.blobs.path(&meta_name));
         Ok(KernelMount {
             blobs: files.clone(),
             meta_name,
@@ -253,6 +271,19 @@ impl KernelMount {
     /// and of the metadata image.
     pub fn reads(&self) -> u64 {
         self.blob.reads() + self.metadata.reads()
+    }
+
+    /// What the reads of file data did: how many reached squashd, and the whole blocks filled
+    /// into EROFS's page cache after random reads.
+    pub fn read_stats(&self) -> BlobReadStats {
+        let fill = self.blob.block_fill().stats();
+        BlobReadStats {
+            blob_reads: self.blob.reads(),
+            fill_reads: self.blob.fill_reads(),
+            fills: fill.fills,
+            filled_bytes: fill.filled_bytes,
+            fill_failures: fill.failures,
+        }
     }
 
     /// Whether the kernel still holds the mount's files open (the EROFS mount exists, or is

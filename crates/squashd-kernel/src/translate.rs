@@ -93,13 +93,19 @@ pub fn translate(
         layout: BlobLayout::new(),
         by_number: HashMap::new(),
         dirs_seen: std::collections::HashSet::new(),
+        file_nodes: Vec::new(),
     };
     let root = match root {
         Some(r) => r.clone(),
         None => image.root()?,
     };
     walk.run(&root)?;
-    let Walk { tree, layout, .. } = walk;
+    let Walk {
+        tree,
+        mut layout,
+        file_nodes,
+        ..
+    } = walk;
     // Every inode and directory was read once and will not be read again through this image
     // (the kernel serves them from the EROFS image): their blocks would hold memory, as much as
     // the metadata image itself (10.9 MiB on usr), through the write and for the mount's life.
@@ -124,12 +130,15 @@ pub fn translate(
         ..WriteOptions::default()
     };
     let nodes = tree.len();
-    let metadata =
-        write_metadata(tree, &write_options, large).map_err(|source| TranslateError::Erofs {
-            image: image.name().to_string(),
-            path: "/".into(),
-            source,
+    let (metadata, nids) =
+        write_metadata(tree, &write_options, large, &file_nodes).map_err(|source| {
+            TranslateError::Erofs {
+                image: image.name().to_string(),
+                path: "/".into(),
+                source,
+            }
         })?;
+    layout.set_nids(&nids);
     Ok(Translation {
         metadata,
         layout,
@@ -145,7 +154,8 @@ fn spill_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| "/var/tmp".into())
 }
 
-/// Writes the metadata image of `tree` and returns it, consuming the tree.
+/// Writes the metadata image of `tree` and returns it, consuming the tree, with the nids of
+/// the nodes `files`.
 ///
 /// A `large` tree's image goes to an unnamed temporary file first and is read back once the
 /// tree is freed (and the freed heap handed back): written straight into memory, it would be
@@ -156,11 +166,12 @@ fn write_metadata(
     tree: Tree,
     options: &WriteOptions,
     large: bool,
-) -> squashd_erofs::Result<Vec<u8>> {
+    files: &[NodeId],
+) -> squashd_erofs::Result<(Vec<u8>, Vec<u64>)> {
     if !large {
-        return squashd_erofs::write(&tree, options);
+        return squashd_erofs::write_with_nids(&tree, options, files);
     }
-    write_metadata_via(tree, options, &spill_dir())
+    write_metadata_via(tree, options, &spill_dir(), files)
 }
 
 /// [`write_metadata`] of a large tree, spilling into `dir`.
@@ -168,19 +179,23 @@ fn write_metadata_via(
     tree: Tree,
     options: &WriteOptions,
     dir: &std::path::Path,
-) -> squashd_erofs::Result<Vec<u8>> {
+    files: &[NodeId],
+) -> squashd_erofs::Result<(Vec<u8>, Vec<u64>)> {
     let Ok(mut spill) = tempfile::tempfile_in(dir) else {
-        return squashd_erofs::write(&tree, options);
+        return squashd_erofs::write_with_nids(&tree, options, files);
     };
-    let info = match squashd_erofs::write_to(&tree, options, std::io::BufWriter::new(&mut spill)) {
-        Ok(info) => info,
+    let out = std::io::BufWriter::new(&mut spill);
+    let (info, nids) = match squashd_erofs::write_to_with_nids(&tree, options, out, files) {
+        Ok(written) => written,
         // The temporary file could not take it (a full disk): in memory, as without one.
-        Err(squashd_erofs::Error::Io(_)) => return squashd_erofs::write(&tree, options),
+        Err(squashd_erofs::Error::Io(_)) => {
+            return squashd_erofs::write_with_nids(&tree, options, files)
+        }
         Err(e) => return Err(e),
     };
     drop(tree);
     release_freed_memory();
-    read_back(&mut spill, info.bytes).map_err(|e| {
+    let image = read_back(&mut spill, info.bytes).map_err(|e| {
         squashd_erofs::Error::Io(std::io::Error::new(
             e.kind(),
             format!(
@@ -188,7 +203,8 @@ fn write_metadata_via(
                 dir.display()
             ),
         ))
-    })
+    })?;
+    Ok((image, nids))
 }
 
 /// The `len` bytes written to `spill`.
@@ -237,6 +253,8 @@ struct Walk<'a> {
     /// Non-directories already added, by SquashFS inode number: further names are hard links.
     by_number: HashMap<u32, NodeId>,
     dirs_seen: std::collections::HashSet<u32>,
+    /// The node of each file placed in the blob, in layout order (for their nids).
+    file_nodes: Vec<NodeId>,
 }
 
 impl Walk<'_> {
@@ -297,12 +315,16 @@ impl Walk<'_> {
                         .map_err(|e| self.erofs(&child_path, e))?;
                     continue;
                 }
+                let placed_before = self.layout.files().len();
                 let kind = self.kind(&inode)?;
                 let meta = self.metadata(&inode);
                 let child = self
                     .tree_mut()
                     .add(node, &entry.name, meta, kind)
                     .map_err(|e| self.erofs(&child_path, e))?;
+                if self.layout.files().len() > placed_before {
+                    self.file_nodes.push(child);
+                }
                 self.xattrs(&inode, child, &child_path)?;
                 if inode.nlink > 1 {
                     self.by_number.insert(inode.number, child);
@@ -422,12 +444,15 @@ mod tests {
         let expected = squashd_erofs::write(&tree(), &options).unwrap();
         assert!(expected.len() > 4096);
         let dir = tempfile::tempdir().unwrap();
-        let spilled = write_metadata_via(tree(), &options, dir.path()).unwrap();
+        let root = [tree().root()];
+        let (spilled, nids) = write_metadata_via(tree(), &options, dir.path(), &root).unwrap();
         assert!(spilled == expected, "the spilled image differs");
+        let (_, expected_nids) = squashd_erofs::write_with_nids(&tree(), &options, &root).unwrap();
+        assert_eq!(nids, expected_nids);
         // The spill file is unnamed: nothing is left in the directory.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         let missing = dir.path().join("no-such-dir");
-        let in_memory = write_metadata_via(tree(), &options, &missing).unwrap();
+        let (in_memory, _) = write_metadata_via(tree(), &options, &missing, &[]).unwrap();
         assert!(in_memory == expected, "the in-memory image differs");
     }
 
@@ -452,8 +477,8 @@ mod tests {
             Some("size=4k"),
         )
         .unwrap();
-        let written = write_metadata_via(tree(), &options, dir.path());
+        let written = write_metadata_via(tree(), &options, dir.path(), &[]);
         nix::mount::umount2(dir.path(), nix::mount::MntFlags::MNT_DETACH).unwrap();
-        assert!(written.unwrap() == expected, "the image differs");
+        assert!(written.unwrap().0 == expected, "the image differs");
     }
 }

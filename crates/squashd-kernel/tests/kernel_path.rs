@@ -154,7 +154,7 @@ struct DataMount {
     blob: Arc<Blob>,
     mnt: PathBuf,
     _mounted: Unmount,
-    _blobs: BlobMount,
+    blobs: BlobMount,
 }
 
 fn data_mount(
@@ -196,7 +196,7 @@ fn data_mount(
         blob,
         mnt: mnt.clone(),
         _mounted: Unmount(mnt),
-        _blobs: blobs,
+        blobs,
     }
 }
 
@@ -258,6 +258,75 @@ fn read_ahead_and_readers_decompress_each_block_once() {
         stats.data.loads, 128,
         "each 128 KiB block decompressed once: {stats:?}"
     );
+}
+
+/// A random 4 KiB read of a block brings the whole block into EROFS's page cache, as the
+/// kernel's squashfs does: squashd decompresses the block once, and the block's other 31 pages
+/// then cost no read of the blob from the reader (only the fill's own reads, a few large ones,
+/// asked for before the first read was answered). Without the fill, each page read at random
+/// is a blob read of its own: 32 for the block.
+#[test]
+fn a_random_read_fills_its_whole_block() {
+    if !testkit::can_mount_erofs() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = fastrand::Rng::with_seed(5);
+    let data: Vec<u8> = (0..16 << 20).map(|_| b"acgt"[rng.usize(..4)]).collect();
+    let m = data_mount(
+        dir.path(),
+        &data,
+        KernelMountOptions::default().read_ahead,
+        2,
+    );
+    let source = m.blobs.path("data.meta");
+    m.blob.block_fill().attach(&m.mnt, &source);
+    let file = fs::File::open(m.mnt.join("big")).unwrap();
+    // As fio does for random reads: no read-ahead of the kernel's own to help.
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random).unwrap();
+    let block = 37 * (128 << 10);
+    let read_page = |page: usize| {
+        let mut buf = vec![0u8; 4096];
+        let at = block + page * 4096;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, at as u64).unwrap();
+        assert!(
+            buf == data[at..at + 4096],
+            "page {page} of the block differs"
+        );
+    };
+    read_page(3);
+    let mut rest: Vec<usize> = (0..32).filter(|&p| p != 3).collect();
+    rng.shuffle(&mut rest);
+    for page in rest {
+        read_page(page);
+    }
+    let (reads, fill_reads) = (m.blob.reads(), m.blob.fill_reads());
+    assert_eq!(
+        reads - fill_reads,
+        1,
+        "the reader's reads of the block's pages reached squashd {} times ({reads} blob reads)",
+        reads - fill_reads
+    );
+    // The fill reads the 31 other pages in pieces of at most 16 pages (EROFS's bios), on
+    // either side of the page read first.
+    assert!(reads <= 4, "{reads} blob reads for one block");
+    let stats = m.image.stats();
+    assert_eq!(
+        stats.data.loads, 1,
+        "the block decompressed once: {stats:?}"
+    );
+    assert_eq!(m.blob.block_fill().stats().fills, 1);
+    // A fill holds a file of the mount open only while the read that asked for it is in
+    // flight: once the reads are done, a plain umount (not lazy) finds the mount idle.
+    for _ in 0..32 {
+        let at = rng.usize(..data.len() / 4096) * 4096;
+        let mut buf = vec![0u8; 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, at as u64).unwrap();
+        assert!(buf == data[at..at + 4096]);
+    }
+    assert!(m.blob.block_fill().stats().fills > 1);
+    drop(file);
+    nix::mount::umount2(&m.mnt, MntFlags::empty()).expect("umount right after random reads");
 }
 
 /// A cold walk (page cache dropped) asks squashd for the metadata image a window at a time,

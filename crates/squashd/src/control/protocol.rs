@@ -188,7 +188,8 @@ pub struct RemoteStatus {
     pub wait_seconds: f64,
 }
 
-/// What translating an image for the kernel path gave and cost.
+/// What translating an image for the kernel path gave and cost, and what reads of its file
+/// data have done since.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TranslationStatus {
     /// Inodes of the EROFS metadata image.
@@ -199,4 +200,19 @@ pub struct TranslationStatus {
     pub blob_bytes: u64,
     /// How long the translation took.
     pub seconds: f64,
+    /// Reads of the blob that reached squashd.
+    #[serde(default)]
+    pub blob_reads: u64,
+    /// Of them, those EROFS made to fill whole blocks (the rest are readers' misses).
+    #[serde(default)]
+    pub fill_reads: u64,
+    /// Blocks filled whole into EROFS's page cache after a random read of part of them.
+    #[serde(default)]
+    pub fills: u64,
+    /// Bytes those fills asked for.
+    #[serde(default)]
+    pub filled_bytes: u64,
+    /// Fills that could not be asked for.
+    #[serde(default)]
+    pub fill_failures: u64,
 }

@@ -81,12 +81,17 @@ impl Probe {
         match self {
             Probe::Fuse(_) => None,
             Probe::Kernel(k) => {
-                let t = k.stats();
+                let (t, r) = (k.stats(), k.read_stats());
                 Some(TranslationStatus {
                     inodes: t.nodes as u64,
                     metadata_bytes: t.metadata_bytes,
                     blob_bytes: t.blob_bytes,
                     seconds: t.elapsed.as_secs_f64(),
+                    blob_reads: r.blob_reads,
+                    fill_reads: r.fill_reads,
+                    fills: r.fills,
+                    filled_bytes: r.filled_bytes,
+                    fill_failures: r.fill_failures,
                 })
             }
         }

@@ -882,8 +882,8 @@ fn squashd_as(uid: u32, socket: &Path, args: &[&str]) -> Output {
     run_as(uid, cmd)
 }
 
-/// Runs `cmd` as `uid` (gid the same, no supplementary groups).
-fn run_as(uid: u32, mut cmd: Command) -> Output {
+/// Makes `cmd` run as `uid` (gid the same, no supplementary groups).
+fn as_user(cmd: &mut Command, uid: u32) {
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -896,6 +896,11 @@ fn run_as(uid: u32, mut cmd: Command) -> Output {
             Ok(())
         });
     }
+}
+
+/// Runs `cmd` as `uid` (gid the same, no supplementary groups).
+fn run_as(uid: u32, mut cmd: Command) -> Output {
+    as_user(&mut cmd, uid);
     cmd.stdin(Stdio::null()).output().unwrap()
 }
 

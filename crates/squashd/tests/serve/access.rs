@@ -134,18 +134,7 @@ fn mount_points_on_pseudo_read_only_or_mount_roots_are_refused() {
     // /proc/PID of the user's own process: owned by the user, and refused.
     let mut sleeper = Command::new("sleep");
     sleeper.arg("60");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        sleeper.pre_exec(|| {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(USER) != 0
-                || libc::setuid(USER) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    as_user(&mut sleeper, USER);
     let mut sleeper = sleeper.spawn().unwrap();
     let proc_dir = PathBuf::from(format!("/proc/{}", sleeper.id()));
     refused(&proc_dir, "is on a proc file system");

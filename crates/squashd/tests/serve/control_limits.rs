@@ -42,18 +42,7 @@ print(json.dumps({w: sum(w in a for a in answers) for w in words}), flush=True)
 
 /// Starts `cmd` as `uid` (gid the same, no supplementary groups), its stdout piped.
 fn spawn_as(uid: u32, mut cmd: Command) -> Child {
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(uid) != 0
-                || libc::setuid(uid) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    as_user(&mut cmd, uid);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()

@@ -20,7 +20,11 @@ pub struct UringConfig {
 impl UringConfig {
     /// A config for this machine's CPUs and the limits negotiated at INIT (`max_write` and
     /// `max_pages` of the INIT reply squashd sent).
-    pub fn for_init(queue_depth: u32, max_write: u32, max_pages: u16) -> Result<UringConfig, UringError> {
+    pub fn for_init(
+        queue_depth: u32,
+        max_write: u32,
+        max_pages: u16,
+    ) -> Result<UringConfig, UringError> {
         Ok(UringConfig {
             queue_depth,
             payload_size: UringConfig::required_payload_size(max_write, max_pages),
@@ -31,7 +35,11 @@ impl UringConfig {
     /// The kernel's rule (`fuse_uring_create`): max(FUSE_MIN_READ_BUFFER, max_write,
     /// max_pages * PAGE_SIZE). `max_pages` 0 means the kernel's default of 32 pages.
     pub fn required_payload_size(max_write: u32, max_pages: u16) -> usize {
-        let pages = if max_pages == 0 { 32 } else { usize::from(max_pages) };
+        let pages = if max_pages == 0 {
+            32
+        } else {
+            usize::from(max_pages)
+        };
         let max_write = usize::try_from(max_write).unwrap_or(usize::MAX);
         FUSE_MIN_READ_BUFFER
             .max(max_write)
@@ -46,7 +54,9 @@ pub fn ring_memory(config: &UringConfig) -> usize {
     let per_entry = config.payload_size.saturating_add(RING_HEADER_SIZE);
     // One more SQE than entries: the wake-up read of the queue's eventfd.
     let sqes = depth.saturating_add(1).next_power_of_two();
-    let per_ring = sqes.saturating_mul(128 + 4).saturating_add(sqes.saturating_mul(2 * 16));
+    let per_ring = sqes
+        .saturating_mul(128 + 4)
+        .saturating_add(sqes.saturating_mul(2 * 16));
     config
         .cpus
         .saturating_mul(depth.saturating_mul(per_entry).saturating_add(per_ring))
@@ -60,10 +70,12 @@ pub fn possible_cpus() -> Result<usize, UringError> {
         what: format!("read {PATH}"),
         source,
     })?;
-    parse_cpu_list(text.trim()).ok_or_else(|| UringError::Config(format!(
-        "{PATH}: cannot parse {:?}; expected a list like 0-3",
-        text.trim()
-    )))
+    parse_cpu_list(text.trim()).ok_or_else(|| {
+        UringError::Config(format!(
+            "{PATH}: cannot parse {:?}; expected a list like 0-3",
+            text.trim()
+        ))
+    })
 }
 
 /// Counts the CPUs of a list like `0-3,5`; `None` unless they are 0..n without holes (queue ids
@@ -90,7 +102,10 @@ fn parse_cpu_list(list: &str) -> Option<usize> {
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
 }
 
 #[cfg(test)]
@@ -110,8 +125,14 @@ mod tests {
     #[test]
     fn payload_follows_the_kernels_rule() {
         let page = page_size();
-        assert_eq!(UringConfig::required_payload_size(4096, 1), FUSE_MIN_READ_BUFFER.max(page));
-        assert_eq!(UringConfig::required_payload_size(1 << 20, 32), (1 << 20).max(32 * page));
+        assert_eq!(
+            UringConfig::required_payload_size(4096, 1),
+            FUSE_MIN_READ_BUFFER.max(page)
+        );
+        assert_eq!(
+            UringConfig::required_payload_size(1 << 20, 32),
+            (1 << 20).max(32 * page)
+        );
         assert_eq!(UringConfig::required_payload_size(4096, 256), 256 * page);
     }
 

@@ -69,7 +69,9 @@ mod tests {
 
     #[test]
     fn refusal_says_how_to_enable() {
-        let text = KernelSupport::Disabled.refusal().expect("disabled is refused");
+        let text = KernelSupport::Disabled
+            .refusal()
+            .expect("disabled is refused");
         assert!(text.contains("fuse.enable_uring=1"));
         assert!(text.contains("echo 1 > /sys/module/fuse/parameters/enable_uring"));
         assert_eq!(KernelSupport::Enabled.refusal(), None);

@@ -184,9 +184,17 @@ impl Queue {
         Ok(())
     }
 
-    fn push_entry_cmd(&mut self, index: usize, cmd_op: u32, commit_id: u64) -> Result<(), UringError> {
+    fn push_entry_cmd(
+        &mut self,
+        index: usize,
+        cmd_op: u32,
+        commit_id: u64,
+    ) -> Result<(), UringError> {
         let Some(entry) = self.entries.get(index) else {
-            return Err(UringError::Config(format!("queue {}: no entry {index}", self.qid)));
+            return Err(UringError::Config(format!(
+                "queue {}: no entry {index}",
+                self.qid
+            )));
         };
         let sqe = crate::sqe::fuse_uring_cmd(
             self.dev_fuse,
@@ -265,7 +273,10 @@ impl Queue {
                     if let Some(flag) = self.in_kernel.get_mut(index) {
                         *flag = false;
                     }
-                    if !matches!(-result, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED) {
+                    if !matches!(
+                        -result,
+                        libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED
+                    ) {
                         error.get_or_insert(format!(
                             "queue {}: the kernel ended entry {index}: {}",
                             self.qid,
@@ -303,7 +314,8 @@ impl Queue {
         let payload_capacity = entry.payload.len();
         // SAFETY: the entry's command has completed and the next is not submitted yet, so the
         // kernel does not write these buffers now; the slices end before the writes below.
-        let (header_bytes, payload_bytes) = unsafe { (entry.header.bytes(), entry.payload.bytes()) };
+        let (header_bytes, payload_bytes) =
+            unsafe { (entry.header.bytes(), entry.payload.bytes()) };
         let commit_id = read_u64(header_bytes, COMMIT_ID_OFFSET).unwrap_or(0);
         let parsed = parse_request(header_bytes, payload_bytes);
         let mut op_in = [0u8; RING_OP_IN_SIZE];
@@ -334,7 +346,8 @@ impl Queue {
                     queue: Some(usize::from(self.qid)),
                 };
                 let mut reply = RingReply::new(payload_out);
-                let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));
+                let outcome =
+                    catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));
                 if reply.refused() {
                     shared.refused_replies.fetch_add(1, Ordering::Relaxed);
                 }
@@ -349,7 +362,8 @@ impl Queue {
         let len = if len > payload_capacity { 0 } else { len };
         header_out[..OUT_HEADER_SIZE].copy_from_slice(&out_header(unique, errno, len));
         let payload_sz = u32::try_from(len).unwrap_or(0);
-        header_out[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4].copy_from_slice(&payload_sz.to_ne_bytes());
+        header_out[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4]
+            .copy_from_slice(&payload_sz.to_ne_bytes());
         commit_id
     }
 
@@ -399,7 +413,9 @@ fn parse_request<'a>(
         .ok()?
         .checked_sub(IN_HEADER_SIZE)?
         .checked_sub(payload_len)?;
-    let op_in = header.get(RING_IN_OUT_SIZE..)?.get(..op_in_len.min(RING_OP_IN_SIZE + 1))?;
+    let op_in = header
+        .get(RING_IN_OUT_SIZE..)?
+        .get(..op_in_len.min(RING_OP_IN_SIZE + 1))?;
     if op_in.len() > RING_OP_IN_SIZE {
         return None;
     }

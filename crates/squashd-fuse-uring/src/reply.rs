@@ -96,7 +96,10 @@ mod tests {
         let mut reply = RingReply::new(&mut buffer);
         assert_eq!(
             reply.ok(&[b"12345", b"6789"]),
-            Err(ReplyError::TooLarge { len: 9, capacity: 8 })
+            Err(ReplyError::TooLarge {
+                len: 9,
+                capacity: 8
+            })
         );
         assert!(reply.refused());
         assert_eq!(reply.outcome(), (libc::EIO, 0));

@@ -96,7 +96,10 @@ impl<'a> ArgReader<'a> {
 
     /// Everything not read yet, across both parts.
     pub fn remaining(&self) -> usize {
-        self.segments[self.current.min(1)..].iter().map(|s| s.len()).sum()
+        self.segments[self.current.min(1)..]
+            .iter()
+            .map(|s| s.len())
+            .sum()
     }
 }
 

@@ -58,7 +58,10 @@ mod tests {
             iov_len: 0,
         }; 2];
         let entry = fuse_uring_cmd(7, CMD_COMMIT_AND_FETCH, iovecs.as_ptr(), 0x1234, 3, 99);
-        assert_eq!(entry.get_opcode(), u32::from(io_uring::opcode::UringCmd80::CODE));
+        assert_eq!(
+            entry.get_opcode(),
+            u32::from(io_uring::opcode::UringCmd80::CODE)
+        );
         assert_eq!(entry.get_user_data(), 99);
         // SAFETY: see with_len: an Entry128 is 128 plain bytes.
         let bytes: [u8; 128] = unsafe { std::mem::transmute::<Entry128, [u8; 128]>(entry) };

@@ -87,10 +87,15 @@ impl Transport {
         handler: Arc<H>,
     ) -> Result<Transport, UringError> {
         validate(config)?;
-        let dev_fuse = Arc::new(dev_fuse.try_clone_to_owned().map_err(|source| UringError::Io {
-            what: "duplicate the /dev/fuse descriptor".to_string(),
-            source,
-        })?);
+        let dev_fuse =
+            Arc::new(
+                dev_fuse
+                    .try_clone_to_owned()
+                    .map_err(|source| UringError::Io {
+                        what: "duplicate the /dev/fuse descriptor".to_string(),
+                        source,
+                    })?,
+            );
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),

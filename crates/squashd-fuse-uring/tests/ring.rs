@@ -39,20 +39,37 @@ fn requests_go_over_the_ring_and_come_back_right() {
     skip_unless_possible!();
     let _uring = EnableUring::on();
     let mut mount = TestMount::mount(true, 1);
-    assert!(mount.init.offered_uring, "INIT offers FUSE_OVER_IO_URING with enable_uring on");
-    mount.start_ring(&TestMount::config(2)).expect("start the ring transport");
+    assert!(
+        mount.init.offered_uring,
+        "INIT offers FUSE_OVER_IO_URING with enable_uring on"
+    );
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
     let root = mount.path();
 
     // A listing, a stat and small reads, from other processes.
-    let ls = std::process::Command::new("ls").arg(&root).output().expect("run ls");
-    assert_eq!(String::from_utf8_lossy(&ls.stdout), "big\noversized\nslow\nsmall\n");
+    let ls = std::process::Command::new("ls")
+        .arg(&root)
+        .output()
+        .expect("run ls");
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout),
+        "big\noversized\nslow\nsmall\n"
+    );
     let stat = std::process::Command::new("stat")
         .args(["-c", "%s %F"])
         .arg(root.join("big"))
         .output()
         .expect("run stat");
-    assert_eq!(String::from_utf8_lossy(&stat.stdout).trim(), format!("{BIG_SIZE} regular file"));
-    let cat = std::process::Command::new("cat").arg(root.join("small")).output().expect("run cat");
+    assert_eq!(
+        String::from_utf8_lossy(&stat.stdout).trim(),
+        format!("{BIG_SIZE} regular file")
+    );
+    let cat = std::process::Command::new("cat")
+        .arg(root.join("small"))
+        .output()
+        .expect("run cat");
     assert_eq!(cat.stdout, SMALL_CONTENT);
     let statfs = nix::sys::statvfs::statvfs(&root).expect("statfs");
     assert_eq!((statfs.blocks(), statfs.block_size()), (300, 4096));
@@ -65,7 +82,9 @@ fn requests_go_over_the_ring_and_come_back_right() {
             on_cpu(cpu, move || {
                 for _ in 0..3 {
                     let mut whole = Vec::new();
-                    File::open(&path).and_then(|mut f| f.read_to_end(&mut whole)).expect("read /big");
+                    File::open(&path)
+                        .and_then(|mut f| f.read_to_end(&mut whole))
+                        .expect("read /big");
                     assert_eq!(whole.len() as u64, BIG_SIZE);
                     check_big(&whole, 0);
                     let file = File::open(&path).expect("open /big");
@@ -84,27 +103,61 @@ fn requests_go_over_the_ring_and_come_back_right() {
     // A reply larger than the payload buffer is refused: the read fails with EIO, the mount
     // goes on serving.
     let oversized = File::open(root.join("oversized")).and_then(|mut f| f.read(&mut [0u8; 4096]));
-    assert_eq!(oversized.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
-    assert_eq!(std::fs::read(root.join("small")).expect("read /small"), SMALL_CONTENT);
+    assert_eq!(
+        oversized.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    assert_eq!(
+        std::fs::read(root.join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
 
     let transport = mount.transport.as_ref().expect("transport");
     let stats = transport.stats();
-    println!("ring stats: {stats:?}; ring memory {} bytes", ring_memory(transport.config()));
+    println!(
+        "ring stats: {stats:?}; ring memory {} bytes",
+        ring_memory(transport.config())
+    );
     assert_eq!(stats.refused_replies, 1);
     assert_eq!(stats.malformed_requests, 0);
-    assert!(stats.requests() >= 20, "requests went over the ring: {stats:?}");
-    assert!(stats.requests_per_queue.iter().all(|&n| n > 0), "every queue served: {stats:?}");
-    assert_eq!(stats.requests(), mount.fs.ring_requests.load(Ordering::Relaxed));
-    assert_eq!(mount.dev_reads.load(Ordering::Relaxed), 0, "no request but FORGET on /dev/fuse");
-    assert!(mount.fs.max_ring_read.load(Ordering::Relaxed) > 4096, "a READ larger than a page");
+    assert!(
+        stats.requests() >= 20,
+        "requests went over the ring: {stats:?}"
+    );
+    assert!(
+        stats.requests_per_queue.iter().all(|&n| n > 0),
+        "every queue served: {stats:?}"
+    );
+    assert_eq!(
+        stats.requests(),
+        mount.fs.ring_requests.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        mount.dev_reads.load(Ordering::Relaxed),
+        0,
+        "no request but FORGET on /dev/fuse"
+    );
+    assert!(
+        mount.fs.max_ring_read.load(Ordering::Relaxed) > 4096,
+        "a READ larger than a page"
+    );
 
     // Unmounting ends every entry (ENOTCONN) and so the queue threads, and /dev/fuse's reader.
     mount.unmount(MntFlags::empty());
     let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(BOUND), "the queue threads end after unmount");
-    assert!(mount.readers_end_within(BOUND), "the /dev/fuse reader ends after unmount");
+    assert!(
+        transport.wait_finished(BOUND),
+        "the queue threads end after unmount"
+    );
+    assert!(
+        mount.readers_end_within(BOUND),
+        "the /dev/fuse reader ends after unmount"
+    );
     let end = transport.shutdown();
-    assert_eq!(end.leaked_bytes, 0, "every buffer came back from the kernel: {end:?}");
+    assert_eq!(
+        end.leaked_bytes, 0,
+        "every buffer came back from the kernel: {end:?}"
+    );
     assert!(end.errors.is_empty(), "{end:?}");
 }
 
@@ -125,7 +178,10 @@ fn a_payload_buffer_smaller_than_a_request_is_refused_and_dev_fuse_serves() {
         other => panic!("expected the kernel to refuse the entries, got {other:?}"),
     }
     // The kernel falls back to /dev/fuse for this connection.
-    assert_eq!(std::fs::read(mount.path().join("small")).expect("read /small"), SMALL_CONTENT);
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
     assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
     assert_eq!(mount.fs.ring_requests.load(Ordering::Relaxed), 0);
 }
@@ -135,19 +191,28 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
     skip_unless_possible!();
     let _uring = EnableUring::on();
     let mut mount = TestMount::mount(true, 1);
-    mount.start_ring(&TestMount::config(2)).expect("start the ring transport");
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
     let slow = mount.path().join("slow");
-    let reader = std::thread::spawn(move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16])));
+    let reader =
+        std::thread::spawn(move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16])));
     let deadline = Instant::now() + BOUND;
     while !mount.fs.slow_started.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "the slow READ never reached the handler");
+        assert!(
+            Instant::now() < deadline,
+            "the slow READ never reached the handler"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     // Abort and detach while the handler still holds the request.
     let started = Instant::now();
     mount.unmount(MntFlags::MNT_FORCE | MntFlags::MNT_DETACH);
     let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(BOUND), "the queue threads end after the abort");
+    assert!(
+        transport.wait_finished(BOUND),
+        "the queue threads end after the abort"
+    );
     let read = reader.join().expect("reader thread");
     assert!(read.is_err(), "the aborted read fails: {read:?}");
     assert!(mount.readers_end_within(BOUND));
@@ -164,13 +229,21 @@ fn shutdown_while_mounted_stops_the_queues() {
     let mut mount = TestMount::mount(true, 1);
     let config = TestMount::config(1);
     mount.start_ring(&config).expect("start the ring transport");
-    assert_eq!(std::fs::read(mount.path().join("small")).expect("read /small"), SMALL_CONTENT);
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
     let transport = mount.transport.take().expect("transport");
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || done_tx.send(transport.shutdown()));
-    let end = done_rx.recv_timeout(BOUND).expect("shutdown returns while mounted");
+    let end = done_rx
+        .recv_timeout(BOUND)
+        .expect("shutdown returns while mounted");
     // The kernel keeps the entries' addresses until the connection ends: their buffers stay.
-    assert_eq!(end.leaked_bytes, cpus() * (config.payload_size + squashd_fuse_uring::RING_HEADER_SIZE));
+    assert_eq!(
+        end.leaked_bytes,
+        cpus() * (config.payload_size + squashd_fuse_uring::RING_HEADER_SIZE)
+    );
     assert!(end.errors.is_empty(), "{end:?}");
     // Dropping the mount aborts the connection; nothing hangs.
 }

@@ -14,9 +14,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use squashd_fuse_uring::{
-    init_offers_uring, out_header, possible_cpus, ReplyError, ReplyWriter, Request,
-    Transport, UringConfig, UringError, ENABLE_URING_PARAMETER, FUSE_INIT_EXT,
-    INIT_FLAGS2_OVER_IO_URING,
+    init_offers_uring, out_header, possible_cpus, ReplyError, ReplyWriter, Request, Transport,
+    UringConfig, UringError, ENABLE_URING_PARAMETER, FUSE_INIT_EXT, INIT_FLAGS2_OVER_IO_URING,
 };
 
 use testfs::{TestFs, FUSE_BATCH_FORGET, FUSE_FORGET, FUSE_INIT, FUSE_INTERRUPT};
@@ -39,7 +38,9 @@ pub fn skip_reason() -> Option<String> {
         return Some("no /dev/fuse".to_string());
     }
     if !Path::new(ENABLE_URING_PARAMETER).exists() {
-        return Some(format!("{ENABLE_URING_PARAMETER} does not exist (kernel before 6.14?)"));
+        return Some(format!(
+            "{ENABLE_URING_PARAMETER} does not exist (kernel before 6.14?)"
+        ));
     }
     None
 }
@@ -53,7 +54,9 @@ pub struct EnableUring {
 
 impl EnableUring {
     pub fn on() -> EnableUring {
-        let machine = MACHINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let machine = MACHINE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = std::fs::read_to_string(ENABLE_URING_PARAMETER)
             .expect("read enable_uring")
             .trim()
@@ -70,7 +73,10 @@ impl Drop for EnableUring {
     fn drop(&mut self) {
         let old = if self.old == "Y" { "1" } else { "0" };
         if let Err(e) = std::fs::write(ENABLE_URING_PARAMETER, old) {
-            eprintln!("could not restore {ENABLE_URING_PARAMETER} to {}: {e}", self.old);
+            eprintln!(
+                "could not restore {ENABLE_URING_PARAMETER} to {}: {e}",
+                self.old
+            );
         }
     }
 }
@@ -204,7 +210,10 @@ fn answer_init(dev: &OwnedFd, accept_uring: bool) -> Init {
         .read(&mut buffer)
         .expect("read INIT");
     let request = Request::from_dev_fuse(&buffer[..len]).expect("a whole INIT request");
-    assert_eq!(request.header.opcode, FUSE_INIT, "the first request is INIT");
+    assert_eq!(
+        request.header.opcode, FUSE_INIT,
+        "the first request is INIT"
+    );
     let mut args = request.args();
     // fuse_init_in: major, minor, max_readahead, flags, flags2.
     let (major, minor, max_readahead, flags, flags2) =
@@ -310,9 +319,9 @@ fn serve_dev_fuse(dev: &OwnedFd, fs: &TestFs, reads: &AtomicU64) {
     loop {
         let len = match nix::unistd::read(dev, &mut buffer) {
             Ok(len) => len,
-            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN | nix::errno::Errno::ENOENT) => {
-                continue
-            }
+            Err(
+                nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN | nix::errno::Errno::ENOENT,
+            ) => continue,
             Err(_) => return,
         };
         let Some(request) = Request::from_dev_fuse(&buffer[..len]) else {
@@ -337,7 +346,10 @@ fn serve_dev_fuse(dev: &OwnedFd, fs: &TestFs, reads: &AtomicU64) {
 }
 
 /// Runs `work` on a thread pinned to `cpu` (so that its requests go to that CPU's queue).
-pub fn on_cpu<T: Send + 'static>(cpu: usize, work: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+pub fn on_cpu<T: Send + 'static>(
+    cpu: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
     std::thread::spawn(move || {
         let mut set = nix::sched::CpuSet::new();
         set.set(cpu).expect("cpu in set");

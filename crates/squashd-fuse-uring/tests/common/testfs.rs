@@ -143,7 +143,11 @@ impl TestFs {
             }
             return;
         }
-        match NAMES.iter().find(|(n, _)| *n == name).and_then(|(_, ino)| node(*ino)) {
+        match NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, ino)| node(*ino))
+        {
             Some(node) => {
                 let _ = reply.ok(&[&entry_out(&node, 3600)]);
             }
@@ -190,7 +194,9 @@ impl TestFs {
                 });
             }
             _ => {
-                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(SMALL_CONTENT.len());
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(SMALL_CONTENT.len());
                 let end = start.saturating_add(size as usize).min(SMALL_CONTENT.len());
                 let _ = reply.ok(&[&SMALL_CONTENT[start..end]]);
             }
@@ -203,9 +209,15 @@ impl TestFs {
             let _ = reply.error(libc::EINVAL);
             return;
         };
-        let mut entries: Vec<(&[u8], u64, u32)> =
-            vec![(b".", ROOT, libc::DT_DIR as u32), (b"..", ROOT, libc::DT_DIR as u32)];
-        entries.extend(NAMES.iter().map(|(name, ino)| (*name, *ino, libc::DT_REG as u32)));
+        let mut entries: Vec<(&[u8], u64, u32)> = vec![
+            (b".", ROOT, libc::DT_DIR as u32),
+            (b"..", ROOT, libc::DT_DIR as u32),
+        ];
+        entries.extend(
+            NAMES
+                .iter()
+                .map(|(name, ino)| (*name, *ino, libc::DT_REG as u32)),
+        );
         let mut out = Vec::new();
         for (index, (name, ino, kind)) in entries.iter().enumerate().skip(offset as usize) {
             // struct fuse_dirent: ino, off (of the next entry), namelen, type, name, padded to 8.

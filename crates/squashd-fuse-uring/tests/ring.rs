@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use common::testfs::{big_byte, BIG_SIZE, SMALL_CONTENT};
 use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
 use nix::mount::MntFlags;
-use squashd_fuse_uring::{ring_memory, UringConfig, UringError};
+use squashd_fuse_uring::{
+    ring_memory, KernelSupport, UringConfig, UringError, ENABLE_URING_PARAMETER,
+};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -246,4 +248,65 @@ fn shutdown_while_mounted_stops_the_queues() {
     );
     assert!(end.errors.is_empty(), "{end:?}");
     // Dropping the mount aborts the connection; nothing hangs.
+}
+
+#[test]
+fn detection_follows_the_parameter_and_a_kernel_without_it_refuses_the_ring() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    assert_eq!(KernelSupport::probe(), KernelSupport::Enabled);
+    assert_eq!(KernelSupport::Enabled.refusal(), None);
+    // Off (the guard restores the machine's value afterwards).
+    std::fs::write(ENABLE_URING_PARAMETER, "0").expect("turn enable_uring off");
+    assert_eq!(KernelSupport::probe(), KernelSupport::Disabled);
+    let refusal = KernelSupport::probe().refusal().expect("refused when off");
+    assert!(refusal.contains("fuse.enable_uring=1"), "{refusal}");
+    assert!(
+        refusal.contains("echo 1 > /sys/module/fuse/parameters/enable_uring"),
+        "{refusal}"
+    );
+
+    let mut mount = TestMount::mount(true, 1);
+    assert!(
+        !mount.init.offered_uring,
+        "no FUSE_OVER_IO_URING in INIT with enable_uring off"
+    );
+    match mount.start_ring(&TestMount::config(1)) {
+        Err(UringError::Register { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{source}")
+        }
+        other => panic!("expected the kernel to refuse the ring, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
+
+    // A config for another number of CPUs is refused before anything reaches the kernel: the
+    // kernel would never use a ring with a queue missing.
+    let config = UringConfig {
+        cpus: cpus() + 1,
+        ..TestMount::config(1)
+    };
+    match mount.start_ring(&config) {
+        Err(UringError::Config(message)) => assert!(message.contains("possible CPU"), "{message}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_parameter_is_restored_when_a_test_panics() {
+    skip_unless_possible!();
+    let machine = common::lock_machine();
+    let before = std::fs::read_to_string(ENABLE_URING_PARAMETER).expect("read enable_uring");
+    let outcome = std::panic::catch_unwind(|| {
+        let _uring = EnableUring::on_while_locked();
+        assert_eq!(KernelSupport::probe(), KernelSupport::Enabled);
+        panic!("a failing test");
+    });
+    assert!(outcome.is_err());
+    let after = std::fs::read_to_string(ENABLE_URING_PARAMETER).expect("read enable_uring");
+    assert_eq!(after, before);
+    drop(machine);
 }

@@ -45,18 +45,31 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
+/// Takes the lock that serializes this binary's tests.
+pub fn lock_machine() -> MutexGuard<'static, ()> {
+    MACHINE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Turns `enable_uring` on for the test and restores the old value when dropped, also when the
-/// test panics. Holds the lock that serializes the tests.
+/// test panics.
 pub struct EnableUring {
     old: String,
-    _machine: MutexGuard<'static, ()>,
+    _machine: Option<MutexGuard<'static, ()>>,
 }
 
 impl EnableUring {
+    /// Takes the machine lock for the guard's life and turns the parameter on.
     pub fn on() -> EnableUring {
-        let machine = MACHINE
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let machine = lock_machine();
+        let mut uring = EnableUring::on_while_locked();
+        uring._machine = Some(machine);
+        uring
+    }
+
+    /// Turns the parameter on; the caller holds [`lock_machine`].
+    pub fn on_while_locked() -> EnableUring {
         let old = std::fs::read_to_string(ENABLE_URING_PARAMETER)
             .expect("read enable_uring")
             .trim()
@@ -64,7 +77,7 @@ impl EnableUring {
         std::fs::write(ENABLE_URING_PARAMETER, "1").expect("turn enable_uring on");
         EnableUring {
             old,
-            _machine: machine,
+            _machine: None,
         }
     }
 }

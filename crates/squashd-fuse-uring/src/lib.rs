@@ -15,9 +15,12 @@
 //!
 //! # Using it
 //!
-//! The /dev/fuse session answers INIT itself: if [`init_offers_uring`] says the request offers
-//! it and the mount wants it, the reply sets `FUSE_INIT_EXT` in `flags` and
-//! [`INIT_FLAGS2_OVER_IO_URING`] in `flags2`. After writing that reply it starts the rings:
+//! The /dev/fuse session answers INIT itself. If [`init_offers_uring`] says the request offers
+//! the ring and the mount wants it, the session prepares the transport (threads, rings and
+//! buffers: everything that can fail on squashd's side) *before* replying, accepts the ring in
+//! the reply only if that worked (`FUSE_INIT_EXT` in `flags`, [`INIT_FLAGS2_OVER_IO_URING`]
+//! in `flags2`), and registers the entries after the reply. [`PreparedTransport`] says why
+//! the order matters (a connection that accepted the ring waits for it).
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -28,14 +31,24 @@
 //! #         let _ = reply.error(libc::ENOSYS);
 //! #     }
 //! # }
-//! # fn after_init(dev_fuse: std::os::fd::BorrowedFd<'_>) -> Result<(), UringError> {
-//! // max_write and max_pages as sent in the INIT reply; 2 requests in flight per CPU.
+//! # fn write_init_reply(accept_ring: bool) {}
+//! # fn on_init(dev_fuse: std::os::fd::BorrowedFd<'_>, flags: u32, flags2: u32) -> Result<(), UringError> {
+//! // max_write and max_pages as the INIT reply will send them; 2 requests in flight per CPU.
 //! let config = UringConfig::for_init(2, 128 << 10, 32)?;
-//! println!("ring memory: {} bytes", ring_memory(&config));
-//! let transport = Transport::start(dev_fuse, &config, Arc::new(Dispatcher))?;
-//! // ... the session keeps reading /dev/fuse (FORGET, INTERRUPT) until it ends ...
-//! transport.wait_finished(std::time::Duration::from_secs(5)); // ends by itself on unmount
-//! let end = transport.shutdown();
+//! let prepared = if init_offers_uring(flags, flags2) {
+//!     Transport::prepare(dev_fuse, &config, Arc::new(Dispatcher)).ok()
+//! } else {
+//!     None
+//! };
+//! write_init_reply(prepared.is_some());
+//! if let Some(prepared) = prepared {
+//!     // An error here: the kernel refused and serves the connection over /dev/fuse.
+//!     let transport = prepared.register()?;
+//!     println!("ring memory: {} bytes", ring_memory(transport.config()));
+//!     // ... the session keeps reading /dev/fuse (FORGET, INTERRUPT) until it ends ...
+//!     transport.wait_finished(std::time::Duration::from_secs(5)); // ends by itself on unmount
+//!     let end = transport.shutdown();
+//! }
 //! # Ok(()) }
 //! ```
 //!
@@ -92,7 +105,7 @@ pub use detect::{
     INIT_FLAGS2_OVER_IO_URING,
 };
 pub use request::{ArgReader, Handler, ReplyError, ReplyWriter, Request};
-pub use transport::{Transport, TransportEnd, TransportStats};
+pub use transport::{PreparedTransport, Transport, TransportEnd, TransportStats};
 
 /// Why the transport could not start.
 #[derive(Debug, thiserror::Error)]

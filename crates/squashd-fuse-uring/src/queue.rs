@@ -12,7 +12,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -50,7 +50,10 @@ pub(crate) struct QueueStart<H> {
     pub(crate) config: UringConfig,
     pub(crate) handler: Arc<H>,
     pub(crate) shared: Arc<Shared>,
+    /// Told once the ring and buffers exist, and again once the entries are registered.
     pub(crate) ready: Sender<Result<(), UringError>>,
+    /// The go-ahead to register (sent after the INIT reply); closed to give up.
+    pub(crate) go: Receiver<()>,
 }
 
 /// The queue thread's body.
@@ -63,6 +66,7 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
         handler,
         shared,
         ready,
+        go,
     } = start;
     // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
     // keeps the request's data in its caches. A CPU that is offline or outside this process's
@@ -75,6 +79,11 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
             return QueueEnd::default();
         }
     };
+    let _ = ready.send(Ok(()));
+    if go.recv().is_err() {
+        // The transport was dropped before INIT: nothing reached the kernel.
+        return queue.close(None);
+    }
     if let Err(error) = queue.register() {
         // Entries registered before the failure stay with the kernel: close keeps their memory.
         let end = queue.close(None);

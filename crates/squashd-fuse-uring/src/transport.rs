@@ -12,8 +12,8 @@ use crate::config::possible_cpus;
 use crate::queue::{self, QueueEnd, QueueStart};
 use crate::{Handler, UringConfig, UringError};
 
-/// How long `start` waits for each queue to register its entries.
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `prepare` and `register` wait for each queue.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// State shared by the transport and its queue threads.
 pub(crate) struct Shared {
@@ -71,21 +71,79 @@ pub struct Transport {
     config: UringConfig,
 }
 
-impl Transport {
-    /// Starts one thread per queue, pinned to its CPU, and registers `config.queue_depth`
-    /// entries in each; returns once every queue has registered, from which point the kernel
-    /// sends the connection's requests (all but FORGET, INTERRUPT and notification replies,
-    /// which stay on /dev/fuse) to `handler` over the rings.
+/// A transport whose threads, rings and buffers exist but whose entries are not registered
+/// yet: made before the INIT reply, registered after it.
+///
+/// Why two steps: once an INIT reply accepts `FUSE_OVER_IO_URING`, the kernel holds every
+/// request of the connection until all queues have registered an entry, and falls back to
+/// /dev/fuse only when a registration fails. A transport that failed before registering
+/// anything (io_uring forbidden by a seccomp profile or `kernel.io_uring_disabled`, no
+/// memory for the buffers) would leave the mount hanging. [`Transport::prepare`] does
+/// everything that can fail on squashd's side, so that the INIT reply accepts the ring only
+/// when it succeeded; what [`PreparedTransport::register`] can still meet is the kernel's
+/// refusal, after which the kernel serves the connection over /dev/fuse.
+pub struct PreparedTransport {
+    /// The go-ahead of each queue thread; dropped (before `transport`) to give up.
+    go: Vec<mpsc::Sender<()>>,
+    ready: mpsc::Receiver<Result<(), UringError>>,
+    transport: Transport,
+}
+
+impl PreparedTransport {
+    /// Registers `config.queue_depth` entries in each queue; returns once every queue has,
+    /// from which point the kernel sends the connection's requests (all but FORGET, INTERRUPT
+    /// and notification replies, which stay on /dev/fuse) to the handler over the rings.
     ///
     /// Call it after writing the INIT reply that accepted `FUSE_OVER_IO_URING` (the kernel
-    /// refuses registrations before INIT with EAGAIN), with a `config` whose `payload_size` is
-    /// at least [`UringConfig::required_payload_size`] of that reply. `dev_fuse` is duplicated:
-    /// the caller keeps its descriptor and keeps reading it.
-    pub fn start<H: Handler>(
+    /// refuses registrations before INIT with EAGAIN). An error means the kernel refused (see
+    /// [`UringError::Register`]) and now serves the connection over /dev/fuse.
+    pub fn register(mut self) -> Result<Transport, UringError> {
+        for go in self.go.drain(..) {
+            let _ = go.send(());
+        }
+        wait_ready(
+            &self.ready,
+            self.transport.queues.len(),
+            "register their entries",
+        )?;
+        Ok(self.transport)
+    }
+}
+
+fn wait_ready(
+    ready: &mpsc::Receiver<Result<(), UringError>>,
+    queues: usize,
+    what: &str,
+) -> Result<(), UringError> {
+    for _ in 0..queues {
+        match ready.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(())) => {}
+            // Dropping the transport stops the queues that did get ready.
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(UringError::Config(format!(
+                    "the ring queues did not {what} within {READY_TIMEOUT:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Transport {
+    /// Before the INIT reply: starts one thread per queue, pinned to its CPU, each with its
+    /// io_uring and `config.queue_depth` entries of `config.payload_size` bytes, and with
+    /// `handler` to answer requests. `config.payload_size` must be at least
+    /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
+    /// INIT reply must not accept `FUSE_OVER_IO_URING`.
+    ///
+    /// `dev_fuse` is duplicated: the caller keeps its descriptor and keeps reading it; the
+    /// duplicate is closed when the transport ends.
+    pub fn prepare<H: Handler>(
         dev_fuse: BorrowedFd<'_>,
         config: &UringConfig,
         handler: Arc<H>,
-    ) -> Result<Transport, UringError> {
+    ) -> Result<PreparedTransport, UringError> {
         validate(config)?;
         let dev_fuse =
             Arc::new(
@@ -102,16 +160,21 @@ impl Transport {
             refused_replies: AtomicU64::new(0),
             malformed_requests: AtomicU64::new(0),
         });
-        let mut transport = Transport {
-            shared: Arc::clone(&shared),
-            queues: Vec::with_capacity(config.cpus),
-            config: *config,
-        };
         let (ready_tx, ready_rx) = mpsc::channel();
+        let mut prepared = PreparedTransport {
+            go: Vec::with_capacity(config.cpus),
+            ready: ready_rx,
+            transport: Transport {
+                shared: Arc::clone(&shared),
+                queues: Vec::with_capacity(config.cpus),
+                config: *config,
+            },
+        };
         for qid in 0..config.cpus {
             let wake = Arc::new(eventfd()?);
             let qid = u16::try_from(qid)
                 .map_err(|_| UringError::Config(format!("{} queues are too many", config.cpus)))?;
+            let (go_tx, go_rx) = mpsc::channel();
             let start = QueueStart {
                 qid,
                 dev_fuse: Arc::clone(&dev_fuse),
@@ -120,6 +183,7 @@ impl Transport {
                 handler: Arc::clone(&handler),
                 shared: Arc::clone(&shared),
                 ready: ready_tx.clone(),
+                go: go_rx,
             };
             let thread = std::thread::Builder::new()
                 .name(format!("fuse-uring-{qid}"))
@@ -128,25 +192,26 @@ impl Transport {
                     what: format!("start the thread of queue {qid}"),
                     source,
                 })?;
-            transport.queues.push(QueueThread {
+            prepared.go.push(go_tx);
+            prepared.transport.queues.push(QueueThread {
                 thread: Some(thread),
                 wake,
             });
         }
         drop(ready_tx);
-        for _ in 0..config.cpus {
-            match ready_rx.recv_timeout(REGISTER_TIMEOUT) {
-                Ok(Ok(())) => {}
-                // Dropping the transport stops the queues that did register.
-                Ok(Err(error)) => return Err(error),
-                Err(_) => {
-                    return Err(UringError::Config(format!(
-                        "the ring queues did not register within {REGISTER_TIMEOUT:?}"
-                    )))
-                }
-            }
-        }
-        Ok(transport)
+        wait_ready(&prepared.ready, config.cpus, "create their rings")?;
+        Ok(prepared)
+    }
+
+    /// [`Transport::prepare`] and [`PreparedTransport::register`] in one, for a caller that
+    /// has sent the INIT reply already: if this fails before registering (see
+    /// [`PreparedTransport`]), the kernel keeps waiting for the ring, so prefer the two steps.
+    pub fn start<H: Handler>(
+        dev_fuse: BorrowedFd<'_>,
+        config: &UringConfig,
+        handler: Arc<H>,
+    ) -> Result<Transport, UringError> {
+        Transport::prepare(dev_fuse, config, handler)?.register()
     }
 
     /// The config the transport runs with.

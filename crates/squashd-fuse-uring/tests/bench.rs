@@ -63,13 +63,13 @@ fn storm(root: PathBuf, storm: Storm, threads: usize) -> f64 {
 }
 
 fn run(via: Via, kind: Storm, threads: usize) -> (f64, f64) {
-    let mut mount = TestMount::mount(via == Via::Ring, if via == Via::Ring { 1 } else { cpus() });
-    if via == Via::Ring {
-        assert!(mount.init.offered_uring, "INIT offers FUSE over io_uring");
+    let mut mount = if via == Via::Ring {
+        let (mount, ring) = TestMount::mount_with_ring(&TestMount::config(2), 1);
+        ring.expect("prepare and register the ring");
         mount
-            .start_ring(&TestMount::config(2))
-            .expect("start the ring");
-    }
+    } else {
+        TestMount::mount(false, cpus())
+    };
     // Warm the root's dentries and /big's open path.
     let _ = std::fs::metadata(mount.path().join("big"));
     let before = requests(&mount);

@@ -228,9 +228,9 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
 fn shutdown_while_mounted_stops_the_queues() {
     skip_unless_possible!();
     let _uring = EnableUring::on();
-    let mut mount = TestMount::mount(true, 1);
     let config = TestMount::config(1);
-    mount.start_ring(&config).expect("start the ring transport");
+    let (mut mount, ring) = TestMount::mount_with_ring(&config, 1);
+    ring.expect("prepare and register the ring transport");
     assert_eq!(
         std::fs::read(mount.path().join("small")).expect("read /small"),
         SMALL_CONTENT
@@ -309,4 +309,24 @@ fn the_parameter_is_restored_when_a_test_panics() {
     let after = std::fs::read_to_string(ENABLE_URING_PARAMETER).expect("read enable_uring");
     assert_eq!(after, before);
     drop(machine);
+}
+
+#[test]
+fn a_transport_that_cannot_be_prepared_leaves_the_mount_on_dev_fuse() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // A config the transport refuses before anything reaches the kernel (as io_uring_setup
+    // refused by a seccomp profile would be): the INIT reply then does not accept the ring,
+    // and the mount works over /dev/fuse instead of waiting for a ring that never comes.
+    let config = UringConfig {
+        queue_depth: 0,
+        ..TestMount::config(1)
+    };
+    let (mount, ring) = TestMount::mount_with_ring(&config, 1);
+    assert!(matches!(ring, Err(UringError::Config(_))), "{ring:?}");
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
 }

@@ -2,11 +2,14 @@
 //! mount(2), INIT answered here, /dev/fuse served by plain reader threads (for what the kernel
 //! keeps there, and as the transport to compare with), the ring by the crate's `Transport`.
 
+// Shared by the `ring` and `bench` test binaries; each uses only part of it.
+#![allow(dead_code)]
+
 pub mod testfs;
 
 use std::fs::File;
 use std::io::{IoSlice, Read as _};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,8 +118,48 @@ pub struct TestMount {
 
 impl TestMount {
     /// Mounts, answers INIT (accepting FUSE over io_uring if `accept_uring` and offered), and
-    /// starts `dev_readers` threads serving /dev/fuse.
+    /// starts `dev_readers` threads serving /dev/fuse. No ring transport: see `mount_with_ring`.
     pub fn mount(accept_uring: bool, dev_readers: usize) -> TestMount {
+        let fs = Arc::new(TestFs::default());
+        let (mount, _) = TestMount::mount_as(dev_readers, fs, |offered, _| {
+            (accept_uring && offered, None::<()>)
+        });
+        mount
+    }
+
+    /// Mounts the way the session will: prepares the ring transport with `config` before the
+    /// INIT reply, accepts the ring only if that worked, registers after the reply. Returns the
+    /// mount and the outcome of prepare and register.
+    pub fn mount_with_ring(
+        config: &UringConfig,
+        dev_readers: usize,
+    ) -> (TestMount, Result<(), UringError>) {
+        let fs = Arc::new(TestFs::default());
+        let handler = Arc::clone(&fs);
+        let (mut mount, prepared) = TestMount::mount_as(dev_readers, fs, |offered, dev| {
+            assert!(offered, "INIT offers FUSE over io_uring");
+            match Transport::prepare(dev, config, handler) {
+                Ok(prepared) => (true, Some(Ok(prepared))),
+                Err(error) => (false, Some(Err(error))),
+            }
+        });
+        let outcome = match prepared {
+            Some(Ok(prepared)) => prepared
+                .register()
+                .map(|transport| mount.transport = Some(transport)),
+            Some(Err(error)) => Err(error),
+            None => unreachable!("the closure always prepares"),
+        };
+        (mount, outcome)
+    }
+
+    /// Mounts; `on_init(offered, dev)` decides whether the INIT reply accepts the ring and may
+    /// prepare a transport, which is returned for registering after the reply.
+    fn mount_as<P>(
+        dev_readers: usize,
+        fs: Arc<TestFs>,
+        on_init: impl FnOnce(bool, BorrowedFd<'_>) -> (bool, Option<P>),
+    ) -> (TestMount, Option<P>) {
         let dev: OwnedFd = File::options()
             .read(true)
             .write(true)
@@ -138,9 +181,8 @@ impl TestMount {
             Some(data.as_str()),
         )
         .expect("mount(2) the test file system");
-        let init = answer_init(&dev, accept_uring);
+        let (init, prepared) = answer_init(&dev, on_init);
         let dev = Arc::new(dev);
-        let fs = Arc::new(TestFs::default());
         let dev_reads = Arc::new(AtomicU64::new(0));
         let readers = (0..dev_readers)
             .map(|_| {
@@ -148,7 +190,7 @@ impl TestMount {
                 std::thread::spawn(move || serve_dev_fuse(&dev, &fs, &reads))
             })
             .collect();
-        TestMount {
+        let mount = TestMount {
             dir,
             dev,
             fs,
@@ -157,7 +199,8 @@ impl TestMount {
             dev_reads,
             readers,
             mounted: true,
-        }
+        };
+        (mount, prepared)
     }
 
     pub fn path(&self) -> PathBuf {
@@ -216,8 +259,11 @@ impl Drop for TestMount {
     }
 }
 
-/// Reads the INIT request and answers it.
-fn answer_init(dev: &OwnedFd, accept_uring: bool) -> Init {
+/// Reads the INIT request and answers it, accepting the ring if `on_init` says so.
+fn answer_init<P>(
+    dev: &OwnedFd,
+    on_init: impl FnOnce(bool, BorrowedFd<'_>) -> (bool, Option<P>),
+) -> (Init, Option<P>) {
     let mut buffer = vec![0u8; MAX_WRITE as usize + 4096];
     let len = (&File::from(dev.try_clone().expect("dup /dev/fuse")))
         .read(&mut buffer)
@@ -239,7 +285,8 @@ fn answer_init(dev: &OwnedFd, accept_uring: bool) -> Init {
     assert_eq!(major, 7);
     let offered_uring = init_offers_uring(flags, flags2);
     let want = FUSE_INIT_EXT | FUSE_MAX_PAGES | FUSE_ASYNC_READ;
-    let reply_flags2 = if accept_uring && offered_uring {
+    let (accept_uring, prepared) = on_init(offered_uring, dev.as_fd());
+    let reply_flags2 = if accept_uring {
         INIT_FLAGS2_OVER_IO_URING
     } else {
         0
@@ -257,7 +304,7 @@ fn answer_init(dev: &OwnedFd, accept_uring: bool) -> Init {
     out[28..30].copy_from_slice(&MAX_PAGES.to_ne_bytes());
     out[32..36].copy_from_slice(&reply_flags2.to_ne_bytes());
     write_reply(dev, request.header.unique, 0, &[&out]).expect("write the INIT reply");
-    Init { offered_uring }
+    (Init { offered_uring }, prepared)
 }
 
 fn write_reply(dev: &OwnedFd, unique: u64, errno: i32, parts: &[&[u8]]) -> std::io::Result<()> {

@@ -15,15 +15,48 @@ use crate::abi::RING_HEADER_SIZE;
 pub(crate) struct RawBuffer {
     ptr: NonNull<u8>,
     layout: Layout,
+    mapped: bool,
 }
 
 impl RawBuffer {
-    /// `size` (> 0) zeroed bytes aligned to `align` (a power of two); `None` if out of memory.
+    /// `size` (> 0) zeroed bytes aligned to `align` (a power of two) from the heap; `None` if
+    /// out of memory.
     pub(crate) fn new(size: usize, align: usize) -> Option<RawBuffer> {
         let layout = Layout::from_size_align(size.max(1), align).ok()?;
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        Some(RawBuffer { ptr, layout })
+        Some(RawBuffer {
+            ptr,
+            layout,
+            mapped: false,
+        })
+    }
+
+    /// `size` (> 0) zeroed, page-aligned bytes of their own anonymous mapping, which take no
+    /// memory until touched: an idle mount's payload buffers cost address space, not RSS. (The
+    /// heap's aligned zeroed allocation writes every byte, so a payload would be resident from
+    /// the start.)
+    pub(crate) fn mapped(size: usize) -> Option<RawBuffer> {
+        let layout = Layout::from_size_align(size.max(1), 4096).ok()?;
+        // SAFETY: a new private anonymous mapping; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        Some(RawBuffer {
+            ptr: NonNull::new(ptr.cast())?,
+            layout,
+            mapped: true,
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -58,8 +91,13 @@ impl RawBuffer {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated in new() with this very layout, and freed only here.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        if self.mapped {
+            // SAFETY: mapped in mapped() with this length, and unmapped only here.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.layout.size()) };
+        } else {
+            // SAFETY: allocated in new() with this very layout, and freed only here.
+            unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        }
     }
 }
 
@@ -74,8 +112,8 @@ pub(crate) struct EntryBuffers {
 impl EntryBuffers {
     pub(crate) fn new(payload_size: usize) -> Option<EntryBuffers> {
         let header = RawBuffer::new(RING_HEADER_SIZE, 64)?;
-        // Page-aligned so that a file read into it is page-aligned too.
-        let payload = RawBuffer::new(payload_size, 4096)?;
+        // Page-aligned (a file read into it is page-aligned too), and resident only once used.
+        let payload = RawBuffer::mapped(payload_size)?;
         let iovecs = Box::new([
             libc::iovec {
                 iov_base: header.as_ptr().cast(),

@@ -131,3 +131,63 @@ fn round_trips_per_second() {
         );
     }
 }
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+#[ignore = "a measurement: prints what one ring mount adds to the resident set"]
+fn resident_memory_of_one_ring_mount() {
+    if let Some(reason) = skip_reason() {
+        println!("SKIPPED: {reason}");
+        return;
+    }
+    let _uring = EnableUring::on();
+    // What a mount served over /dev/fuse alone adds (the harness: mount point, reader thread
+    // and its buffer), to compare with.
+    let before = rss_kib();
+    let mut plain = TestMount::mount(false, 1);
+    let _ = std::fs::metadata(plain.path().join("vname"));
+    println!(
+        "/dev/fuse only: RSS +{} KiB",
+        rss_kib().saturating_sub(before)
+    );
+    plain.unmount(nix::mount::MntFlags::empty());
+    drop(plain);
+    for depth in [1, 2] {
+        let config = TestMount::config(depth);
+        let before = rss_kib();
+        let (mut mount, ring) = TestMount::mount_with_ring(&config, 1);
+        ring.expect("prepare and register the ring");
+        let registered = rss_kib();
+        for _ in 0..1000 {
+            let _ = std::fs::metadata(mount.path().join("vname"));
+        }
+        let after_stats = rss_kib();
+        let readers: Vec<_> = (0..cpus())
+            .map(|cpu| {
+                let big = mount.path().join("big");
+                on_cpu(cpu, move || std::fs::read(big).expect("read /big").len())
+            })
+            .collect();
+        for reader in readers {
+            reader.join().expect("reader");
+        }
+        let after_reads = rss_kib();
+        println!(
+            "depth {depth}: ring_memory {} KiB; RSS +{} KiB registered, +{} KiB after 1000 stats, \
+             +{} KiB after 128 KiB reads on every queue",
+            squashd_fuse_uring::ring_memory(&config) / 1024,
+            registered.saturating_sub(before),
+            after_stats.saturating_sub(before),
+            after_reads.saturating_sub(before),
+        );
+        mount.unmount(nix::mount::MntFlags::empty());
+    }
+}

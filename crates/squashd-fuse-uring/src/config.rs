@@ -1,0 +1,150 @@
+//! How big the rings are: queues, entries per queue, payload buffer per entry.
+
+use crate::abi::{FUSE_MIN_READ_BUFFER, RING_HEADER_SIZE};
+use crate::UringError;
+
+/// The shape of one mount's rings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UringConfig {
+    /// Ring entries (requests in flight) per queue. 1 is enough for an idle image; each more
+    /// lets the kernel hand one more request of that CPU to squashd before the first is answered.
+    pub queue_depth: u32,
+    /// Bytes of each entry's payload buffer. The kernel refuses a buffer smaller than
+    /// [`UringConfig::required_payload_size`] of the negotiated INIT.
+    pub payload_size: usize,
+    /// Number of queues: the kernel keeps one per possible CPU and uses the ring only once every
+    /// one has an entry, so this must be [`possible_cpus`].
+    pub cpus: usize,
+}
+
+impl UringConfig {
+    /// A config for this machine's CPUs and the limits negotiated at INIT (`max_write` and
+    /// `max_pages` of the INIT reply squashd sent).
+    pub fn for_init(
+        queue_depth: u32,
+        max_write: u32,
+        max_pages: u16,
+    ) -> Result<UringConfig, UringError> {
+        Ok(UringConfig {
+            queue_depth,
+            payload_size: UringConfig::required_payload_size(max_write, max_pages),
+            cpus: possible_cpus()?,
+        })
+    }
+
+    /// The kernel's rule (`fuse_uring_create`): max(FUSE_MIN_READ_BUFFER, max_write,
+    /// max_pages * PAGE_SIZE). `max_pages` 0 means the kernel's default of 32 pages.
+    pub fn required_payload_size(max_write: u32, max_pages: u16) -> usize {
+        let pages = if max_pages == 0 {
+            32
+        } else {
+            usize::from(max_pages)
+        };
+        let max_write = usize::try_from(max_write).unwrap_or(usize::MAX);
+        FUSE_MIN_READ_BUFFER
+            .max(max_write)
+            .max(pages.saturating_mul(page_size()))
+    }
+}
+
+/// Bytes of memory the rings of `config` take: header and payload buffers of every entry, and
+/// each queue's submission and completion rings (128-byte SQEs, 16-byte CQEs, twice as many).
+pub fn ring_memory(config: &UringConfig) -> usize {
+    let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
+    let per_entry = config.payload_size.saturating_add(RING_HEADER_SIZE);
+    // One more SQE than entries: the wake-up read of the queue's eventfd.
+    let sqes = depth.saturating_add(1).next_power_of_two();
+    let per_ring = sqes
+        .saturating_mul(128 + 4)
+        .saturating_add(sqes.saturating_mul(2 * 16));
+    config
+        .cpus
+        .saturating_mul(depth.saturating_mul(per_entry).saturating_add(per_ring))
+}
+
+/// The number of possible CPUs (`/sys/devices/system/cpu/possible`), which is the kernel's
+/// number of ring queues (`num_possible_cpus()`).
+pub fn possible_cpus() -> Result<usize, UringError> {
+    const PATH: &str = "/sys/devices/system/cpu/possible";
+    let text = std::fs::read_to_string(PATH).map_err(|source| UringError::Io {
+        what: format!("read {PATH}"),
+        source,
+    })?;
+    parse_cpu_list(text.trim()).ok_or_else(|| {
+        UringError::Config(format!(
+            "{PATH}: cannot parse {:?}; expected a list like 0-3",
+            text.trim()
+        ))
+    })
+}
+
+/// Counts the CPUs of a list like `0-3,5`; `None` unless they are 0..n without holes (queue ids
+/// are CPU numbers, so a hole would leave a queue no thread can be pinned to, and the ring would
+/// never become ready).
+fn parse_cpu_list(list: &str) -> Option<usize> {
+    let mut next = 0usize;
+    for range in list.split(',') {
+        let (first, last) = match range.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
+            None => {
+                let cpu = range.parse::<usize>().ok()?;
+                (cpu, cpu)
+            }
+        };
+        if first != next || last < first {
+            return None;
+        }
+        next = last.checked_add(1)?;
+    }
+    (next > 0).then_some(next)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0"), Some(1));
+        assert_eq!(parse_cpu_list("0-1"), Some(2));
+        assert_eq!(parse_cpu_list("0-3,4-7"), Some(8));
+        assert_eq!(parse_cpu_list("0-1,3"), None);
+        assert_eq!(parse_cpu_list("1-3"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn payload_follows_the_kernels_rule() {
+        let page = page_size();
+        assert_eq!(
+            UringConfig::required_payload_size(4096, 1),
+            FUSE_MIN_READ_BUFFER.max(page)
+        );
+        assert_eq!(
+            UringConfig::required_payload_size(1 << 20, 32),
+            (1 << 20).max(32 * page)
+        );
+        assert_eq!(UringConfig::required_payload_size(4096, 256), 256 * page);
+    }
+
+    #[test]
+    fn memory_grows_with_cpus_depth_and_payload() {
+        let config = UringConfig {
+            queue_depth: 2,
+            payload_size: 128 << 10,
+            cpus: 4,
+        };
+        let memory = ring_memory(&config);
+        assert!(memory >= 4 * 2 * (128 << 10));
+        assert!(memory < 4 * 2 * (129 << 10));
+    }
+}

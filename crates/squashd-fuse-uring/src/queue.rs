@@ -1,0 +1,466 @@
+//! One ring queue: a thread pinned to its CPU with its own io_uring, `queue_depth` entries
+//! registered with the kernel, answering each request and fetching the next in one command.
+//!
+//! The life of an entry: REGISTER (the kernel keeps the command until a request of this CPU
+//! comes) -> completion with result 0: the request is in the entry's buffers -> the handler
+//! answers into the same buffers -> COMMIT_AND_FETCH (the kernel reads the answer and keeps the
+//! command for the next request) -> ... -> a completion with an error (-ENOTCONN when the file
+//! system is unmounted or aborted): the kernel let go of the entry. Between a completion and the
+//! next submission the entry's buffers are the thread's alone; at all other times the kernel may
+//! write them, and nothing here touches them then.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::abi::{
+    out_header, read_u32, read_u64, InHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER, IN_HEADER_SIZE,
+    OUT_HEADER_SIZE, RING_ENT_IN_OUT_OFFSET, RING_IN_OUT_SIZE, RING_OP_IN_SIZE,
+};
+use crate::buffers::{EntryBuffers, RawBuffer};
+use crate::reply::RingReply;
+use crate::transport::Shared;
+use crate::{Handler, Request, UringConfig, UringError};
+
+/// user_data of the read of the queue's eventfd (entries use their index).
+const WAKE: u64 = u64::MAX;
+/// Offsets in `fuse_uring_ent_in_out`.
+const COMMIT_ID_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 8;
+const PAYLOAD_SZ_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 16;
+
+/// How a queue thread ended.
+#[derive(Debug, Default)]
+pub(crate) struct QueueEnd {
+    /// Bytes of entry buffers left allocated because the kernel might still hold them (the
+    /// transport was shut down while the file system was still mounted).
+    pub(crate) leaked_bytes: usize,
+    /// An error other than the kernel's end of connection, if any.
+    pub(crate) error: Option<String>,
+}
+
+/// Everything a queue thread needs.
+pub(crate) struct QueueStart<H> {
+    pub(crate) qid: u16,
+    pub(crate) dev_fuse: Arc<OwnedFd>,
+    pub(crate) wake: Arc<OwnedFd>,
+    pub(crate) config: UringConfig,
+    pub(crate) handler: Arc<H>,
+    pub(crate) shared: Arc<Shared>,
+    /// Told once the ring and buffers exist, and again once the entries are registered.
+    pub(crate) ready: Sender<Result<(), UringError>>,
+    /// The go-ahead to register (sent after the INIT reply); closed to give up.
+    pub(crate) go: Receiver<()>,
+}
+
+/// The queue thread's body.
+pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
+    let QueueStart {
+        qid,
+        dev_fuse,
+        wake,
+        config,
+        handler,
+        shared,
+        ready,
+        go,
+    } = start;
+    // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
+    // keeps the request's data in its caches. A CPU that is offline or outside this process's
+    // affinity leaves the thread unpinned: its queue still works, only without that locality.
+    pin_to_cpu(usize::from(qid));
+    let mut queue = match Queue::new(qid, &dev_fuse, &wake, &config) {
+        Ok(queue) => queue,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return QueueEnd::default();
+        }
+    };
+    let _ = ready.send(Ok(()));
+    if go.recv().is_err() {
+        // The transport was dropped before INIT: nothing reached the kernel.
+        return queue.close(None);
+    }
+    if let Err(error) = queue.register() {
+        // Entries registered before the failure stay with the kernel: close keeps their memory.
+        let end = queue.close(None);
+        let _ = ready.send(Err(error));
+        return end;
+    }
+    let _ = ready.send(Ok(()));
+    drop(ready);
+    queue.serve(&*handler, &shared)
+}
+
+fn pin_to_cpu(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}
+
+struct Queue {
+    qid: u16,
+    dev_fuse: RawFd,
+    wake_fd: RawFd,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    entries: Vec<EntryBuffers>,
+    /// Entries whose command the kernel holds.
+    in_kernel: Vec<bool>,
+    /// The eventfd read lands here.
+    wake_buffer: RawBuffer,
+    wake_armed: bool,
+    /// Copy of the current request's payload (names, write data): the reply is written into the
+    /// payload buffer, which must not be read and written through two slices at once.
+    request_payload: Vec<u8>,
+}
+
+impl Queue {
+    fn new(
+        qid: u16,
+        dev_fuse: &OwnedFd,
+        wake: &OwnedFd,
+        config: &UringConfig,
+    ) -> Result<Queue, UringError> {
+        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
+        let sq_entries = u32::try_from(depth.saturating_add(1).next_power_of_two())
+            .map_err(|_| UringError::Config(format!("queue depth {depth} is too large")))?;
+        // Single issuer and deferred task work: only this thread submits, and the kernel copies
+        // requests into this queue's buffers only when the thread waits for completions, never
+        // while it is reading or writing them.
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(sq_entries)
+            .map_err(|source| UringError::Io {
+                what: format!("create the io_uring of queue {qid}"),
+                source,
+            })?;
+        let mut entries = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            entries.push(EntryBuffers::new(config.payload_size).ok_or_else(|| {
+                UringError::Config(format!(
+                    "queue {qid}: cannot allocate a {}-byte ring buffer",
+                    config.payload_size
+                ))
+            })?);
+        }
+        let wake_buffer = RawBuffer::new(8, 8)
+            .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
+        Ok(Queue {
+            qid,
+            dev_fuse: dev_fuse.as_raw_fd(),
+            wake_fd: wake.as_raw_fd(),
+            ring,
+            in_kernel: vec![false; depth],
+            entries,
+            wake_buffer,
+            wake_armed: false,
+            request_payload: Vec::new(),
+        })
+    }
+
+    fn push(&mut self, entry: &squeue::Entry128) -> Result<(), UringError> {
+        // The ring has room for every entry plus the wake-up read, and each of them has at most
+        // one command queued, so a full queue means a bug; submit and retry once all the same.
+        for _ in 0..2 {
+            // SAFETY: every pointer in the entry stays valid until its completion: the iovecs
+            // and buffers belong to self.entries, the wake buffer to self, and both live until
+            // the kernel has completed the command or, if it may not have, are leaked (abandon).
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit().map_err(|source| UringError::Io {
+                what: format!("submit to the io_uring of queue {}", self.qid),
+                source,
+            })?;
+        }
+        Err(UringError::Config(format!(
+            "queue {}: submission queue full",
+            self.qid
+        )))
+    }
+
+    fn arm_wake(&mut self) -> Result<(), UringError> {
+        let read = opcode::Read::new(types::Fd(self.wake_fd), self.wake_buffer.as_ptr(), 8)
+            .build()
+            .user_data(WAKE);
+        self.push(&read.into())?;
+        self.wake_armed = true;
+        Ok(())
+    }
+
+    fn push_entry_cmd(
+        &mut self,
+        index: usize,
+        cmd_op: u32,
+        commit_id: u64,
+    ) -> Result<(), UringError> {
+        let Some(entry) = self.entries.get(index) else {
+            return Err(UringError::Config(format!(
+                "queue {}: no entry {index}",
+                self.qid
+            )));
+        };
+        let sqe = crate::sqe::fuse_uring_cmd(
+            self.dev_fuse,
+            cmd_op,
+            entry.iovecs(),
+            commit_id,
+            self.qid,
+            index as u64,
+        );
+        self.push(&sqe)?;
+        if let Some(flag) = self.in_kernel.get_mut(index) {
+            *flag = true;
+        }
+        Ok(())
+    }
+
+    /// Registers every entry. A refusal shows as an immediate completion (the kernel answers
+    /// a REGISTER it accepts only when a request comes).
+    fn register(&mut self) -> Result<(), UringError> {
+        self.arm_wake()?;
+        for index in 0..self.entries.len() {
+            self.push_entry_cmd(index, CMD_REGISTER, 0)?;
+        }
+        self.ring.submit().map_err(|source| UringError::Io {
+            what: format!("register the entries of queue {}", self.qid),
+            source,
+        })?;
+        let mut refused = None;
+        for cqe in self.ring.completion() {
+            if cqe.user_data() != WAKE && cqe.result() < 0 {
+                if let Some(flag) = usize::try_from(cqe.user_data())
+                    .ok()
+                    .and_then(|index| self.in_kernel.get_mut(index))
+                {
+                    *flag = false;
+                }
+                refused.get_or_insert(-cqe.result());
+            }
+        }
+        match refused {
+            None => Ok(()),
+            Some(errno) => Err(UringError::Register {
+                queue: self.qid,
+                source: std::io::Error::from_raw_os_error(errno),
+            }),
+        }
+    }
+
+    /// Serves requests until the kernel has let go of every entry, or the transport stops.
+    fn serve<H: Handler>(mut self, handler: &H, shared: &Shared) -> QueueEnd {
+        let mut completions: Vec<(u64, i32)> = Vec::with_capacity(self.entries.len() + 1);
+        let mut error = None;
+        while self.in_kernel.iter().any(|&held| held) {
+            if let Err(source) = self.ring.submit_and_wait(1) {
+                match source.raw_os_error() {
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
+                    _ => {
+                        error = Some(format!("queue {}: io_uring_enter: {source}", self.qid));
+                        break;
+                    }
+                }
+            }
+            completions.clear();
+            completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            for &(user_data, result) in &completions {
+                if user_data == WAKE {
+                    self.wake_armed = false;
+                    continue;
+                }
+                let Ok(index) = usize::try_from(user_data) else {
+                    continue;
+                };
+                if result < 0 {
+                    // The kernel let go of this entry: ENOTCONN when the connection is torn
+                    // down (unmount, abort), ECANCELED when the ring is cancelled.
+                    if let Some(flag) = self.in_kernel.get_mut(index) {
+                        *flag = false;
+                    }
+                    if !matches!(
+                        -result,
+                        libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED
+                    ) {
+                        error.get_or_insert(format!(
+                            "queue {}: the kernel ended entry {index}: {}",
+                            self.qid,
+                            std::io::Error::from_raw_os_error(-result)
+                        ));
+                    }
+                    continue;
+                }
+                if let Some(flag) = self.in_kernel.get_mut(index) {
+                    *flag = false;
+                }
+                let commit_id = self.answer(index, handler, shared);
+                if let Err(e) = self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id) {
+                    error.get_or_insert(e.to_string());
+                }
+            }
+            if shared.stop.load(Ordering::Acquire) {
+                return self.close(error);
+            }
+            if !self.wake_armed {
+                if let Err(e) = self.arm_wake() {
+                    error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        self.close(error)
+    }
+
+    /// Reads the request in entry `index`, has `handler` answer it into the entry, and returns
+    /// the commit id for COMMIT_AND_FETCH.
+    fn answer<H: Handler>(&mut self, index: usize, handler: &H, shared: &Shared) -> u64 {
+        let Some(entry) = self.entries.get(index) else {
+            return 0;
+        };
+        let payload_capacity = entry.payload.len();
+        // SAFETY: the entry's command has completed and the next is not submitted yet, so the
+        // kernel does not write these buffers now; the slices end before the writes below.
+        let (header_bytes, payload_bytes) =
+            unsafe { (entry.header.bytes(), entry.payload.bytes()) };
+        let commit_id = read_u64(header_bytes, COMMIT_ID_OFFSET).unwrap_or(0);
+        let parsed = parse_request(header_bytes, payload_bytes);
+        let mut op_in = [0u8; RING_OP_IN_SIZE];
+        let (in_header, op_in_len) = match parsed {
+            Some((in_header, op_in_bytes, payload)) => {
+                op_in[..op_in_bytes.len()].copy_from_slice(op_in_bytes);
+                self.request_payload.clear();
+                self.request_payload.extend_from_slice(payload);
+                (Some(in_header), op_in_bytes.len())
+            }
+            None => (None, 0),
+        };
+        // SAFETY: as above; the read-only slices above are no longer used, so these are the
+        // only views of the buffers until the entry is submitted again.
+        let (header_out, payload_out) =
+            unsafe { (entry.header.bytes_mut(), entry.payload.bytes_mut()) };
+        let (unique, errno, len) = match in_header {
+            None => {
+                shared.malformed_requests.fetch_add(1, Ordering::Relaxed);
+                (commit_id, libc::EIO, 0)
+            }
+            Some(in_header) => {
+                shared.count_request(usize::from(self.qid));
+                let request = Request {
+                    header: in_header,
+                    op_in: &op_in[..op_in_len],
+                    payload: &self.request_payload,
+                    queue: Some(usize::from(self.qid)),
+                };
+                let mut reply = RingReply::new(payload_out);
+                let outcome =
+                    catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));
+                if reply.refused() {
+                    shared.refused_replies.fetch_add(1, Ordering::Relaxed);
+                }
+                let (errno, len) = match outcome {
+                    Ok(()) => reply.outcome(),
+                    // A panicking handler fails its request, not the queue.
+                    Err(_) => (libc::EIO, 0),
+                };
+                (in_header.unique, errno, len)
+            }
+        };
+        let len = if len > payload_capacity { 0 } else { len };
+        header_out[..OUT_HEADER_SIZE].copy_from_slice(&out_header(unique, errno, len));
+        let payload_sz = u32::try_from(len).unwrap_or(0);
+        header_out[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4]
+            .copy_from_slice(&payload_sz.to_ne_bytes());
+        commit_id
+    }
+
+    /// Closes the ring (the kernel cancels the commands it still holds) and frees the buffers
+    /// of the entries the kernel let go of. Those it may still hold (the transport stopped while
+    /// the file system is mounted) stay allocated: the kernel keeps their addresses until the
+    /// connection ends.
+    fn close(self, error: Option<String>) -> QueueEnd {
+        let Queue {
+            ring,
+            entries,
+            in_kernel,
+            wake_buffer,
+            wake_armed,
+            ..
+        } = self;
+        drop(ring);
+        let mut leaked_bytes = 0;
+        for (entry, held) in entries.into_iter().zip(in_kernel) {
+            if held {
+                leaked_bytes += entry.memory();
+                std::mem::forget(entry);
+            }
+        }
+        if wake_armed {
+            std::mem::forget(wake_buffer);
+        }
+        QueueEnd {
+            leaked_bytes,
+            error,
+        }
+    }
+}
+
+/// The request in an entry: its in header, its first argument and its payload, checked against
+/// the buffers' sizes (`None` if the kernel's lengths do not add up).
+fn parse_request<'a>(
+    header: &'a [u8],
+    payload: &'a [u8],
+) -> Option<(InHeader, &'a [u8], &'a [u8])> {
+    let in_header = InHeader::parse(header.get(..RING_IN_OUT_SIZE)?)?;
+    let payload_len = usize::try_from(read_u32(header, PAYLOAD_SZ_OFFSET)?).ok()?;
+    let payload = payload.get(..payload_len)?;
+    // The in header's len counts the header and every argument; what the payload does not hold
+    // is the first argument, in op_in.
+    let op_in_len = usize::try_from(in_header.len)
+        .ok()?
+        .checked_sub(IN_HEADER_SIZE)?
+        .checked_sub(payload_len)?;
+    let op_in = header
+        .get(RING_IN_OUT_SIZE..)?
+        .get(..op_in_len.min(RING_OP_IN_SIZE + 1))?;
+    if op_in.len() > RING_OP_IN_SIZE {
+        return None;
+    }
+    Some((in_header, op_in, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::RING_HEADER_SIZE;
+
+    fn header_with(len: u32, payload_sz: u32) -> Vec<u8> {
+        let mut header = vec![0u8; RING_HEADER_SIZE];
+        let in_header = InHeader {
+            len,
+            opcode: 15,
+            unique: 4,
+            ..InHeader::default()
+        };
+        header[..IN_HEADER_SIZE].copy_from_slice(&in_header.to_bytes());
+        header[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4].copy_from_slice(&payload_sz.to_ne_bytes());
+        header
+    }
+
+    #[test]
+    fn request_lengths_are_checked() {
+        let payload = vec![0u8; 64];
+        // READ: a 40-byte fuse_read_in in op_in, no payload.
+        let read = header_with(80, 0);
+        let (header, op_in, body) = parse_request(&read, &payload).expect("valid");
+        assert_eq!((header.opcode, op_in.len(), body.len()), (15, 40, 0));
+        // More payload than the buffer holds.
+        assert!(parse_request(&header_with(200, 100), &payload).is_none());
+        // A len shorter than header + payload.
+        assert!(parse_request(&header_with(50, 20), &payload).is_none());
+        // A first argument larger than op_in.
+        assert!(parse_request(&header_with(40 + 129, 0), &payload).is_none());
+    }
+}

@@ -1,0 +1,332 @@
+//! The transport: one queue thread per CPU, started after INIT, ended by the kernel (unmount or
+//! abort) or by [`Transport::shutdown`].
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::abi::FUSE_MIN_READ_BUFFER;
+use crate::config::possible_cpus;
+use crate::queue::{self, QueueEnd, QueueStart};
+use crate::{Handler, UringConfig, UringError};
+
+/// How long `prepare` and `register` wait for each queue.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// State shared by the transport and its queue threads.
+pub(crate) struct Shared {
+    pub(crate) stop: AtomicBool,
+    requests: Vec<AtomicU64>,
+    pub(crate) refused_replies: AtomicU64,
+    pub(crate) malformed_requests: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn count_request(&self, queue: usize) {
+        if let Some(count) = self.requests.get(queue) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counters of a running transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Requests answered over each queue (index = CPU).
+    pub requests_per_queue: Vec<u64>,
+    /// Replies refused because they did not fit the payload buffer (answered with EIO).
+    pub refused_replies: u64,
+    /// Requests whose lengths did not add up (answered with EIO).
+    pub malformed_requests: u64,
+}
+
+impl TransportStats {
+    /// Requests answered over all queues.
+    pub fn requests(&self) -> u64 {
+        self.requests_per_queue.iter().sum()
+    }
+}
+
+/// How the transport ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransportEnd {
+    /// Bytes of ring buffers left allocated because the kernel may still hold them: non-zero
+    /// only when the transport was shut down while the file system was still mounted.
+    pub leaked_bytes: usize,
+    /// Errors other than the kernel's end of connection, one per queue that had one.
+    pub errors: Vec<String>,
+}
+
+struct QueueThread {
+    thread: Option<JoinHandle<QueueEnd>>,
+    wake: Arc<OwnedFd>,
+}
+
+/// FUSE over io_uring for one mounted connection.
+pub struct Transport {
+    shared: Arc<Shared>,
+    queues: Vec<QueueThread>,
+    config: UringConfig,
+}
+
+/// A transport whose threads, rings and buffers exist but whose entries are not registered
+/// yet: made before the INIT reply, registered after it.
+///
+/// Why two steps: once an INIT reply accepts `FUSE_OVER_IO_URING`, the kernel holds every
+/// request of the connection until all queues have registered an entry, and falls back to
+/// /dev/fuse only when a registration fails. A transport that failed before registering
+/// anything (io_uring forbidden by a seccomp profile or `kernel.io_uring_disabled`, no
+/// memory for the buffers) would leave the mount hanging. [`Transport::prepare`] does
+/// everything that can fail on squashd's side, so that the INIT reply accepts the ring only
+/// when it succeeded; what [`PreparedTransport::register`] can still meet is the kernel's
+/// refusal, after which the kernel serves the connection over /dev/fuse.
+pub struct PreparedTransport {
+    /// The go-ahead of each queue thread; dropped (before `transport`) to give up.
+    go: Vec<mpsc::Sender<()>>,
+    ready: mpsc::Receiver<Result<(), UringError>>,
+    transport: Transport,
+}
+
+impl PreparedTransport {
+    /// Registers `config.queue_depth` entries in each queue; returns once every queue has,
+    /// from which point the kernel sends the connection's requests (all but FORGET, INTERRUPT
+    /// and notification replies, which stay on /dev/fuse) to the handler over the rings.
+    ///
+    /// Call it after writing the INIT reply that accepted `FUSE_OVER_IO_URING` (the kernel
+    /// refuses registrations before INIT with EAGAIN). An error means the kernel refused (see
+    /// [`UringError::Register`]) and now serves the connection over /dev/fuse.
+    pub fn register(mut self) -> Result<Transport, UringError> {
+        for go in self.go.drain(..) {
+            let _ = go.send(());
+        }
+        wait_ready(
+            &self.ready,
+            self.transport.queues.len(),
+            "register their entries",
+        )?;
+        Ok(self.transport)
+    }
+}
+
+fn wait_ready(
+    ready: &mpsc::Receiver<Result<(), UringError>>,
+    queues: usize,
+    what: &str,
+) -> Result<(), UringError> {
+    for _ in 0..queues {
+        match ready.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(())) => {}
+            // Dropping the transport stops the queues that did get ready.
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(UringError::Config(format!(
+                    "the ring queues did not {what} within {READY_TIMEOUT:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Transport {
+    /// Before the INIT reply: starts one thread per queue, pinned to its CPU, each with its
+    /// io_uring and `config.queue_depth` entries of `config.payload_size` bytes, and with
+    /// `handler` to answer requests. `config.payload_size` must be at least
+    /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
+    /// INIT reply must not accept `FUSE_OVER_IO_URING`.
+    ///
+    /// `dev_fuse` is duplicated: the caller keeps its descriptor and keeps reading it; the
+    /// duplicate is closed when the transport ends.
+    pub fn prepare<H: Handler>(
+        dev_fuse: BorrowedFd<'_>,
+        config: &UringConfig,
+        handler: Arc<H>,
+    ) -> Result<PreparedTransport, UringError> {
+        validate(config)?;
+        let dev_fuse =
+            Arc::new(
+                dev_fuse
+                    .try_clone_to_owned()
+                    .map_err(|source| UringError::Io {
+                        what: "duplicate the /dev/fuse descriptor".to_string(),
+                        source,
+                    })?,
+            );
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
+            refused_replies: AtomicU64::new(0),
+            malformed_requests: AtomicU64::new(0),
+        });
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut prepared = PreparedTransport {
+            go: Vec::with_capacity(config.cpus),
+            ready: ready_rx,
+            transport: Transport {
+                shared: Arc::clone(&shared),
+                queues: Vec::with_capacity(config.cpus),
+                config: *config,
+            },
+        };
+        for qid in 0..config.cpus {
+            let wake = Arc::new(eventfd()?);
+            let qid = u16::try_from(qid)
+                .map_err(|_| UringError::Config(format!("{} queues are too many", config.cpus)))?;
+            let (go_tx, go_rx) = mpsc::channel();
+            let start = QueueStart {
+                qid,
+                dev_fuse: Arc::clone(&dev_fuse),
+                wake: Arc::clone(&wake),
+                config: *config,
+                handler: Arc::clone(&handler),
+                shared: Arc::clone(&shared),
+                ready: ready_tx.clone(),
+                go: go_rx,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("fuse-uring-{qid}"))
+                .spawn(move || queue::run(start))
+                .map_err(|source| UringError::Io {
+                    what: format!("start the thread of queue {qid}"),
+                    source,
+                })?;
+            prepared.go.push(go_tx);
+            prepared.transport.queues.push(QueueThread {
+                thread: Some(thread),
+                wake,
+            });
+        }
+        drop(ready_tx);
+        wait_ready(&prepared.ready, config.cpus, "create their rings")?;
+        Ok(prepared)
+    }
+
+    /// [`Transport::prepare`] and [`PreparedTransport::register`] in one, for a caller that
+    /// has sent the INIT reply already: if this fails before registering (see
+    /// [`PreparedTransport`]), the kernel keeps waiting for the ring, so prefer the two steps.
+    pub fn start<H: Handler>(
+        dev_fuse: BorrowedFd<'_>,
+        config: &UringConfig,
+        handler: Arc<H>,
+    ) -> Result<Transport, UringError> {
+        Transport::prepare(dev_fuse, config, handler)?.register()
+    }
+
+    /// The config the transport runs with.
+    pub fn config(&self) -> &UringConfig {
+        &self.config
+    }
+
+    /// The transport's counters.
+    pub fn stats(&self) -> TransportStats {
+        TransportStats {
+            requests_per_queue: self
+                .shared
+                .requests
+                .iter()
+                .map(|count| count.load(Ordering::Relaxed))
+                .collect(),
+            refused_replies: self.shared.refused_replies.load(Ordering::Relaxed),
+            malformed_requests: self.shared.malformed_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether every queue thread has ended (after an unmount or abort, the kernel ends every
+    /// entry with ENOTCONN and the threads return by themselves).
+    pub fn is_finished(&self) -> bool {
+        self.queues
+            .iter()
+            .all(|queue| queue.thread.as_ref().is_none_or(|t| t.is_finished()))
+    }
+
+    /// Waits up to `timeout` for [`Transport::is_finished`].
+    pub fn wait_finished(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.is_finished() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// Stops the queues and joins their threads. After an unmount the threads have ended
+    /// already; while still mounted, each queue closes its ring (the kernel cancels the
+    /// commands it holds; requests that come later wait for the unmount or abort) and keeps
+    /// the buffers the kernel may still address (reported in [`TransportEnd::leaked_bytes`]).
+    pub fn shutdown(mut self) -> TransportEnd {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> TransportEnd {
+        self.shared.stop.store(true, Ordering::Release);
+        for queue in &self.queues {
+            wake(&queue.wake);
+        }
+        let mut end = TransportEnd::default();
+        for queue in &mut self.queues {
+            let Some(thread) = queue.thread.take() else {
+                continue;
+            };
+            match thread.join() {
+                Ok(queue_end) => {
+                    end.leaked_bytes += queue_end.leaked_bytes;
+                    end.errors.extend(queue_end.error);
+                }
+                Err(_) => end.errors.push("a queue thread panicked".to_string()),
+            }
+        }
+        end
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn validate(config: &UringConfig) -> Result<(), UringError> {
+    if config.queue_depth == 0 || config.queue_depth > 4096 {
+        return Err(UringError::Config(format!(
+            "queue depth {} is outside 1..=4096",
+            config.queue_depth
+        )));
+    }
+    if config.payload_size < FUSE_MIN_READ_BUFFER {
+        return Err(UringError::Config(format!(
+            "payload size {} is below the kernel's minimum of {FUSE_MIN_READ_BUFFER}",
+            config.payload_size
+        )));
+    }
+    let cpus = possible_cpus()?;
+    if config.cpus != cpus {
+        return Err(UringError::Config(format!(
+            "the kernel keeps one ring queue per possible CPU ({cpus}), the config has {}",
+            config.cpus
+        )));
+    }
+    Ok(())
+}
+
+fn eventfd() -> Result<OwnedFd, UringError> {
+    // SAFETY: eventfd has no memory preconditions; it returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(UringError::Io {
+            what: "create an eventfd".to_string(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: fd is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn wake(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a live local array to a descriptor this transport owns.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+}

@@ -1,0 +1,332 @@
+//! The ring transport on a real FUSE mount: requests go over io_uring, replies come back right,
+//! every queue is used, unmount ends the queues, and the failure paths end cleanly. Needs root
+//! and a kernel with /sys/module/fuse/parameters/enable_uring (turned on for the test and
+//! restored after); skipped with a printed reason otherwise.
+
+mod common;
+
+use std::fs::File;
+use std::io::Read as _;
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::testfs::{big_byte, BIG_SIZE, SMALL_CONTENT};
+use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
+use nix::mount::MntFlags;
+use squashd_fuse_uring::{
+    ring_memory, KernelSupport, UringConfig, UringError, ENABLE_URING_PARAMETER,
+};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+macro_rules! skip_unless_possible {
+    () => {
+        if let Some(reason) = skip_reason() {
+            println!("SKIPPED: {reason}");
+            return;
+        }
+    };
+}
+
+fn check_big(bytes: &[u8], offset: u64) {
+    for (i, &byte) in bytes.iter().enumerate() {
+        let at = offset + i as u64;
+        assert_eq!(byte, big_byte(at), "byte {at} of /big");
+    }
+}
+
+#[test]
+fn requests_go_over_the_ring_and_come_back_right() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    assert!(
+        mount.init.offered_uring,
+        "INIT offers FUSE_OVER_IO_URING with enable_uring on"
+    );
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
+    let root = mount.path();
+
+    // A listing, a stat and small reads, from other processes.
+    let ls = std::process::Command::new("ls")
+        .arg(&root)
+        .output()
+        .expect("run ls");
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout),
+        "big\noversized\nslow\nsmall\n"
+    );
+    let stat = std::process::Command::new("stat")
+        .args(["-c", "%s %F"])
+        .arg(root.join("big"))
+        .output()
+        .expect("run stat");
+    assert_eq!(
+        String::from_utf8_lossy(&stat.stdout).trim(),
+        format!("{BIG_SIZE} regular file")
+    );
+    let cat = std::process::Command::new("cat")
+        .arg(root.join("small"))
+        .output()
+        .expect("run cat");
+    assert_eq!(cat.stdout, SMALL_CONTENT);
+    let statfs = nix::sys::statvfs::statvfs(&root).expect("statfs");
+    assert_eq!((statfs.blocks(), statfs.block_size()), (300, 4096));
+
+    // /big from one thread per CPU at once, so that every queue serves reads: the whole file
+    // (reads of 128 KiB: more than a page), then ranges that cross pages at odd offsets.
+    let readers: Vec<_> = (0..cpus())
+        .map(|cpu| {
+            let path = root.join("big");
+            on_cpu(cpu, move || {
+                for _ in 0..3 {
+                    let mut whole = Vec::new();
+                    File::open(&path)
+                        .and_then(|mut f| f.read_to_end(&mut whole))
+                        .expect("read /big");
+                    assert_eq!(whole.len() as u64, BIG_SIZE);
+                    check_big(&whole, 0);
+                    let file = File::open(&path).expect("open /big");
+                    let mut range = vec![0u8; 100_000];
+                    let offset = 12_345 + cpu as u64 * 4099;
+                    file.read_exact_at(&mut range, offset).expect("pread /big");
+                    check_big(&range, offset);
+                }
+            })
+        })
+        .collect();
+    for reader in readers {
+        reader.join().expect("a reader thread");
+    }
+
+    // A reply larger than the payload buffer is refused: the read fails with EIO, the mount
+    // goes on serving.
+    let oversized = File::open(root.join("oversized")).and_then(|mut f| f.read(&mut [0u8; 4096]));
+    assert_eq!(
+        oversized.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    assert_eq!(
+        std::fs::read(root.join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+
+    let transport = mount.transport.as_ref().expect("transport");
+    let stats = transport.stats();
+    println!(
+        "ring stats: {stats:?}; ring memory {} bytes",
+        ring_memory(transport.config())
+    );
+    assert_eq!(stats.refused_replies, 1);
+    assert_eq!(stats.malformed_requests, 0);
+    assert!(
+        stats.requests() >= 20,
+        "requests went over the ring: {stats:?}"
+    );
+    assert!(
+        stats.requests_per_queue.iter().all(|&n| n > 0),
+        "every queue served: {stats:?}"
+    );
+    assert_eq!(
+        stats.requests(),
+        mount.fs.ring_requests.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        mount.dev_reads.load(Ordering::Relaxed),
+        0,
+        "no request but FORGET on /dev/fuse"
+    );
+    assert!(
+        mount.fs.max_ring_read.load(Ordering::Relaxed) > 4096,
+        "a READ larger than a page"
+    );
+
+    // Unmounting ends every entry (ENOTCONN) and so the queue threads, and /dev/fuse's reader.
+    mount.unmount(MntFlags::empty());
+    let transport = mount.transport.take().expect("transport");
+    assert!(
+        transport.wait_finished(BOUND),
+        "the queue threads end after unmount"
+    );
+    assert!(
+        mount.readers_end_within(BOUND),
+        "the /dev/fuse reader ends after unmount"
+    );
+    let end = transport.shutdown();
+    assert_eq!(
+        end.leaked_bytes, 0,
+        "every buffer came back from the kernel: {end:?}"
+    );
+    assert!(end.errors.is_empty(), "{end:?}");
+}
+
+#[test]
+fn a_payload_buffer_smaller_than_a_request_is_refused_and_dev_fuse_serves() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    // The connection's requests can be 32 pages; an 8 KiB payload buffer cannot hold them.
+    let config = UringConfig {
+        payload_size: 8192,
+        ..TestMount::config(1)
+    };
+    match mount.start_ring(&config) {
+        Err(UringError::Register { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL), "{source}")
+        }
+        other => panic!("expected the kernel to refuse the entries, got {other:?}"),
+    }
+    // The kernel falls back to /dev/fuse for this connection.
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
+    assert_eq!(mount.fs.ring_requests.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn unmount_with_a_request_in_flight_does_not_hang() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
+    let slow = mount.path().join("slow");
+    let reader =
+        std::thread::spawn(move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16])));
+    let deadline = Instant::now() + BOUND;
+    while !mount.fs.slow_started.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "the slow READ never reached the handler"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Abort and detach while the handler still holds the request.
+    let started = Instant::now();
+    mount.unmount(MntFlags::MNT_FORCE | MntFlags::MNT_DETACH);
+    let transport = mount.transport.take().expect("transport");
+    assert!(
+        transport.wait_finished(BOUND),
+        "the queue threads end after the abort"
+    );
+    let read = reader.join().expect("reader thread");
+    assert!(read.is_err(), "the aborted read fails: {read:?}");
+    assert!(mount.readers_end_within(BOUND));
+    let end = transport.shutdown();
+    assert_eq!(end.leaked_bytes, 0, "{end:?}");
+    assert!(end.errors.is_empty(), "{end:?}");
+    println!("ended {:?} after the abort", started.elapsed());
+}
+
+#[test]
+fn shutdown_while_mounted_stops_the_queues() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let config = TestMount::config(1);
+    let (mut mount, ring) = TestMount::mount_with_ring(&config, 1);
+    ring.expect("prepare and register the ring transport");
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    let transport = mount.transport.take().expect("transport");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(transport.shutdown()));
+    let end = done_rx
+        .recv_timeout(BOUND)
+        .expect("shutdown returns while mounted");
+    // The kernel keeps the entries' addresses until the connection ends: their buffers stay.
+    assert_eq!(
+        end.leaked_bytes,
+        cpus() * (config.payload_size + squashd_fuse_uring::RING_HEADER_SIZE)
+    );
+    assert!(end.errors.is_empty(), "{end:?}");
+    // Dropping the mount aborts the connection; nothing hangs.
+}
+
+#[test]
+fn detection_follows_the_parameter_and_a_kernel_without_it_refuses_the_ring() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    assert_eq!(KernelSupport::probe(), KernelSupport::Enabled);
+    assert_eq!(KernelSupport::Enabled.refusal(), None);
+    // Off (the guard restores the machine's value afterwards).
+    std::fs::write(ENABLE_URING_PARAMETER, "0").expect("turn enable_uring off");
+    assert_eq!(KernelSupport::probe(), KernelSupport::Disabled);
+    let refusal = KernelSupport::probe().refusal().expect("refused when off");
+    assert!(refusal.contains("fuse.enable_uring=1"), "{refusal}");
+    assert!(
+        refusal.contains("echo 1 > /sys/module/fuse/parameters/enable_uring"),
+        "{refusal}"
+    );
+
+    let mut mount = TestMount::mount(true, 1);
+    assert!(
+        !mount.init.offered_uring,
+        "no FUSE_OVER_IO_URING in INIT with enable_uring off"
+    );
+    match mount.start_ring(&TestMount::config(1)) {
+        Err(UringError::Register { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{source}")
+        }
+        other => panic!("expected the kernel to refuse the ring, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
+
+    // A config for another number of CPUs is refused before anything reaches the kernel: the
+    // kernel would never use a ring with a queue missing.
+    let config = UringConfig {
+        cpus: cpus() + 1,
+        ..TestMount::config(1)
+    };
+    match mount.start_ring(&config) {
+        Err(UringError::Config(message)) => assert!(message.contains("possible CPU"), "{message}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_parameter_is_restored_when_a_test_panics() {
+    skip_unless_possible!();
+    let machine = common::lock_machine();
+    let before = std::fs::read_to_string(ENABLE_URING_PARAMETER).expect("read enable_uring");
+    let outcome = std::panic::catch_unwind(|| {
+        let _uring = EnableUring::on_while_locked();
+        assert_eq!(KernelSupport::probe(), KernelSupport::Enabled);
+        panic!("a failing test");
+    });
+    assert!(outcome.is_err());
+    let after = std::fs::read_to_string(ENABLE_URING_PARAMETER).expect("read enable_uring");
+    assert_eq!(after, before);
+    drop(machine);
+}
+
+#[test]
+fn a_transport_that_cannot_be_prepared_leaves_the_mount_on_dev_fuse() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // A config the transport refuses before anything reaches the kernel (as io_uring_setup
+    // refused by a seccomp profile would be): the INIT reply then does not accept the ring,
+    // and the mount works over /dev/fuse instead of waiting for a ring that never comes.
+    let config = UringConfig {
+        queue_depth: 0,
+        ..TestMount::config(1)
+    };
+    let (mount, ring) = TestMount::mount_with_ring(&config, 1);
+    assert!(matches!(ring, Err(UringError::Config(_))), "{ring:?}");
+    assert_eq!(
+        std::fs::read(mount.path().join("small")).expect("read /small"),
+        SMALL_CONTENT
+    );
+    assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
+}

@@ -177,11 +177,8 @@ impl AccessLimits {
                 );
             }
             options.push("nosuid,nodev".to_string());
-            parsed
-                .mount
-                .flags
-                .extend(["nosuid".to_string(), "nodev".to_string()]);
-            parsed.mount.owner = Some(user);
+            parsed.flags.restrict_for_user();
+            parsed.owner = Some(user);
             Some(uid)
         };
         Ok(Grant {
@@ -262,10 +259,12 @@ fn user_allow_other() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Context;
 
     #[test]
     fn user_options() {
-        let parse = |o: &str| Options::parse(&[o.to_string()], Path::new("x")).unwrap();
+        let parse =
+            |o: &str| Options::parse(&[o.to_string()], Path::new("x"), Context::Daemon).unwrap();
         assert!(check_user_options(&parse("uid=1,noexec,subdir=a,nosuid"), 5).is_ok());
         for bad in ["suid", "dev", "data_cache=1G", "threads=64", "control=/x"] {
             let e = check_user_options(&parse(&format!("ro,{bad}")), 5).unwrap_err();

@@ -472,3 +472,6 @@ fn logged(result: anyhow::Result<String>) -> Response {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

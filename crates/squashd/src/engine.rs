@@ -9,6 +9,9 @@
 //!   cached data without squashd seeing them, so squashd cannot tell that a mount is idle).
 //!   Otherwise FUSE; when only the kernel's or the options' lack kept a root caller's
 //!   `allow_other` mount off the kernel path, squashd says why in one line.
+//!
+//! What happens when the kernel path, once chosen, fails (falls back to FUSE unless `kernel`
+//! was given) is the mount funnel's: [`crate::funnel`].
 
 use crate::cli::UsageError;
 use crate::options::{Engine, Options};

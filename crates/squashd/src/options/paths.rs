@@ -9,23 +9,25 @@ use squashd_kernel::{KernelMountOptions, OwnerOverride, ReadAhead};
 
 impl Options {
     /// How the FUSE path mounts and serves the image.
+    // `..default()` though every field is set today: MountConfig may gain fields (its crate is
+    // being reworked) without this code changing.
+    #[allow(clippy::needless_update)]
     pub(crate) fn fuse_config(&self) -> MountConfig {
-        // Field by field rather than a struct literal: MountConfig may gain fields without this
-        // code changing.
-        let mut config = MountConfig::default();
-        config.subdir = self.subdir.clone();
-        config.uid = self.uid;
-        config.gid = self.gid;
-        config.allow_other = self.allow_other;
-        config.allow_root = self.allow_root;
-        config.threads = self.threads;
-        config.prefetch_threads = self.prefetch_threads;
-        config.readahead_bytes = self.readahead_bytes;
-        config.fsname = self.fsname.clone();
-        config.idle_timeout = self.idle_timeout;
-        config.flags = self.flags.fuse_names();
-        config.owner = self.owner;
-        config
+        MountConfig {
+            subdir: self.subdir.clone(),
+            uid: self.uid,
+            gid: self.gid,
+            allow_other: self.allow_other,
+            allow_root: self.allow_root,
+            threads: self.threads,
+            prefetch_threads: self.prefetch_threads,
+            readahead_bytes: self.readahead_bytes,
+            fsname: self.fsname.clone(),
+            idle_timeout: self.idle_timeout,
+            flags: self.flags.fuse_names(),
+            owner: self.owner,
+            ..MountConfig::default()
+        }
     }
 
     /// What the kernel path translates of `image` and how its blob reads ahead: the `subdir=`

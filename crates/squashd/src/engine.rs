@@ -9,6 +9,9 @@
 //!   cached data without squashd seeing them, so squashd cannot tell that a mount is idle).
 //!   Otherwise FUSE; when only the kernel's or the options' lack kept a root caller's
 //!   `allow_other` mount off the kernel path, squashd says why in one line.
+//!
+//! What happens when the kernel path, once chosen, fails (falls back to FUSE unless `kernel`
+//! was given) is the mount funnel's: [`crate::funnel`].
 
 use crate::cli::UsageError;
 use crate::options::{Engine, Options};
@@ -72,7 +75,7 @@ fn kernel_support() -> Result<(), String> {
 }
 
 /// The path chosen for a mount, and, when the kernel path was possible in principle but not
-/// taken, why.
+/// taken, why. Called by the mount funnel ([`crate::funnel::mount_image`]) alone.
 pub(crate) fn choose(
     options: &Options,
     privileged: bool,
@@ -87,7 +90,7 @@ pub(crate) fn choose(
             if !privileged {
                 return Ok((Engine::Fuse, None));
             }
-            if !options.mount.allow_other {
+            if !options.allow_other {
                 return Ok((Engine::Fuse, None));
             }
             match kernel_refusal(options, privileged) {
@@ -109,7 +112,14 @@ mod tests {
     /// `allow_other` is the only case where the kernel path would otherwise be chosen.
     #[test]
     fn a_users_mount_is_always_served_by_fuse() {
-        let parse = |o: &str| Options::parse(&[o.to_string()], "x".as_ref()).unwrap();
+        let parse = |o: &str| {
+            Options::parse(
+                &[o.to_string()],
+                "x".as_ref(),
+                crate::options::Context::LoneMount,
+            )
+            .unwrap()
+        };
         for given in ["allow_other", "allow_other,ro", "allow_root"] {
             assert_eq!(
                 choose(&parse(given), false).unwrap(),

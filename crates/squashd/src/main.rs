@@ -21,6 +21,7 @@ mod control;
 mod daemonize;
 mod dead_mounts;
 mod engine;
+mod funnel;
 mod logging;
 mod mount;
 mod notify_pipe;

@@ -7,22 +7,19 @@
 //! ([`control`]).
 
 mod control;
-mod fuse;
 mod helper;
-pub(crate) mod kernel;
+mod host;
 
 pub use helper::helper_main;
 
-// The path `squashd serve` used before the parser moved; new code names `crate::options`.
-
 use crate::control::report::{Probe, ServedImage};
-use crate::daemonize::{daemonize, WaitingParent};
+use crate::daemonize::WaitingParent;
+use crate::funnel::{mount_image, Placement};
 use crate::notify_pipe::Outcome;
-use crate::options::{Engine, Options};
+use crate::options::{Context as OptionsContext, Options};
 use crate::readiness::ReadyFd;
 use anyhow::{bail, Context};
 use squashd_core::Image;
-use squashd_fuse::{MountError, MountedImage};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `squashd mount`.
@@ -63,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // First, before this process opens anything: the number can then only name a descriptor
     // the caller passed.
     let ready_fd = args.ready_fd.map(ReadyFd::take).transpose()?;
-    let options = Options::parse(&args.options, &args.image)?;
+    let options = Options::parse(&args.options, &args.image, OptionsContext::LoneMount)?;
     mount_and_tell(args, options, ready_fd)
 }
 
@@ -101,7 +98,8 @@ fn image_path(image: &Path) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{}: cannot open", image.display()))
 }
 
-/// [`run`] once the options are known.
+/// [`run`] once the options are known: the image opened, mounted through the funnel, served
+/// until it is unmounted.
 fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow::Result<()> {
     let image_path = image_path(&args.image)?;
     if !args.mountpoint.is_dir() {
@@ -110,6 +108,11 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
             args.mountpoint.display()
         );
     }
+    // The mount outlives the working directory.
+    let mountpoint = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("{}: mount point not found", args.mountpoint.display()))?;
     crate::logging::init_logging();
     let given_offset = options.gave("offset").then_some(options.open.offset);
     let opened = crate::remote::open(
@@ -121,15 +124,17 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
     options.open.offset = opened.offset;
     let image_path = PathBuf::from(&*opened.name);
     if !options.gave("fsname") {
-        options.mount.fsname = opened.name.to_string();
+        options.fsname = opened.name.to_string();
     }
     let remote = opened.remote;
     let image = Image::from_source(opened.source, opened.name, &options.open)?;
-    let privileged = nix::unistd::geteuid().is_root();
-    let (engine, fell_back) = crate::engine::choose(&options, privileged)?;
-    if let Some(why) = fell_back {
-        log_line!("squashd: {}: {why}", args.mountpoint.display());
-    }
+    // Keeps a kernel-path mount's blob file system until the mount has ended.
+    let mut host = host::LoneHost::new(args.foreground);
+    let place = Placement {
+        target: &mountpoint,
+        mountpoint: &mountpoint,
+    };
+    let (mounted, probe) = mount_image(image.clone(), &options, place, &mut host)?;
     let lone = LoneMount {
         image_path,
         image,
@@ -138,18 +143,18 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
         given: args.options.clone(),
         ready_fd,
     };
-    if engine == Engine::Kernel {
-        return kernel::run(lone, &args.mountpoint, args.foreground);
-    }
-    let mounted = MountedImage::mount(lone.image.clone(), &args.mountpoint, &lone.options.mount)
-        .map_err(explain_mount_error)?;
-    // Detach before starting any thread: fork copies only the calling thread.
-    let parent = if args.foreground {
-        None
-    } else {
-        Some(daemonize()?)
-    };
-    fuse::serve(lone, mounted, parent)
+    let mut serving = lone.start_serving(probe, &mountpoint)?;
+    let unmount = mounted.unmount_handle();
+    watch_signals(move |lazy| unmount.unmount(lazy))?;
+    announce_ready(
+        serving.ready_fd.take(),
+        host.take_parent(),
+        serving.notify_pipe.clone(),
+    );
+    mounted.wait().context("serving the mount")?;
+    drop(serving);
+    drop(host);
+    Ok(())
 }
 
 /// What a lone mount serves, whichever path serves it.
@@ -214,33 +219,6 @@ impl LoneMount {
             notify_pipe: options.notify_pipe,
         })
     }
-}
-
-/// A mount refused for want of /dev/fuse names /dev/fuse: fuser opens it before it mounts (or
-/// asks fusermount3), and its "Permission denied" otherwise reads as if the mount point were at
-/// fault. Distributions ship /dev/fuse as mode 0666; some machines have it 0600.
-fn explain_mount_error(e: MountError) -> anyhow::Error {
-    use nix::unistd::AccessFlags;
-    if let MountError::Mount(mountpoint, io) = &e {
-        let refused = matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-        // access(2) checks the real uid: the user who ran squashd.
-        if refused {
-            if let Err(errno) =
-                nix::unistd::access("/dev/fuse", AccessFlags::R_OK | AccessFlags::W_OK)
-            {
-                return anyhow::anyhow!(
-                    "cannot mount on {}: /dev/fuse: {} (uid {}): a FUSE mount needs /dev/fuse \
-                     readable and writable by the user who mounts; distributions ship it as \
-                     mode 0666 (as root: chmod 0666 /dev/fuse), or add the user to the group \
-                     that owns it",
-                    mountpoint.display(),
-                    errno.desc(),
-                    nix::unistd::getuid()
-                );
-            }
-        }
-    }
-    e.into()
 }
 
 /// Tells whoever waits that the mount answers: systemd (NOTIFY_SOCKET), a script

@@ -1011,3 +1011,6 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
         testkit::umount(&k);
     }
 }
+
+#[path = "mount/fallback.rs"]
+mod fallback;

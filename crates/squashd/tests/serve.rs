@@ -1332,3 +1332,6 @@ mod control_limits;
 
 #[path = "serve/log_quoting.rs"]
 mod log_quoting;
+
+#[path = "serve/fallback.rs"]
+mod fallback;

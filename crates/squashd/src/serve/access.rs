@@ -177,11 +177,8 @@ impl AccessLimits {
                 );
             }
             options.push("nosuid,nodev".to_string());
-            parsed
-                .mount
-                .flags
-                .extend(["nosuid".to_string(), "nodev".to_string()]);
-            parsed.mount.owner = Some(user);
+            parsed.flags.restrict_for_user();
+            parsed.owner = Some(user);
             Some(uid)
         };
         Ok(Grant {
@@ -262,10 +259,12 @@ fn user_allow_other() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Context;
 
     #[test]
     fn user_options() {
-        let parse = |o: &str| Options::parse(&[o.to_string()], Path::new("x")).unwrap();
+        let parse =
+            |o: &str| Options::parse(&[o.to_string()], Path::new("x"), Context::Daemon).unwrap();
         assert!(check_user_options(&parse("uid=1,noexec,subdir=a,nosuid"), 5).is_ok());
         for bad in ["suid", "dev", "data_cache=1G", "threads=64", "control=/x"] {
             let e = check_user_options(&parse(&format!("ro,{bad}")), 5).unwrap_err();
@@ -279,5 +278,60 @@ mod tests {
         assert!(under_prefix(Path::new("/srv/images/a.sqfs"), &p, "image", "x").is_ok());
         assert!(under_prefix(Path::new("/srv/images2/a.sqfs"), &p, "image", "x").is_err());
         assert!(under_prefix(Path::new("/anything"), &[], "image", "x").is_ok());
+    }
+
+    /// The checks in-process, on real files and a real unprivileged uid (the mount point is
+    /// looked up as that user by a child process): a user's grant is theirs, `nosuid,nodev`
+    /// in the typed flags and in what status shows, and a directory of someone else's is
+    /// refused.
+    #[test]
+    fn a_users_grant_is_theirs_and_nosuid_nodev() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: the checks switch to another uid, which needs root");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        const UID: u32 = 4242;
+        let scratch = tempfile::Builder::new()
+            .prefix("squashd-access-")
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let image = scratch.path().join("a.sqfs");
+        std::fs::write(&image, b"only its type and mode are checked here").unwrap();
+        let (own, roots) = (scratch.path().join("own"), scratch.path().join("roots"));
+        for dir in [&own, &roots] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        nix::unistd::chown(&own, Some(UID.into()), Some(UID.into())).unwrap();
+        let caller = || Caller {
+            uid: UID,
+            gid: UID,
+            image: Some(File::open(&image).unwrap()),
+        };
+        let given = ["noatime".to_string()];
+        let mut parsed = Options::parse(&given, &image, Context::Daemon).unwrap();
+        let limits = AccessLimits::default();
+        let grant = limits
+            .check_attach(caller(), &image, &own, &given, &mut parsed, 0)
+            .unwrap();
+        assert_eq!(grant.owner, Some(UID));
+        assert_eq!(grant.mountpoint, own.canonicalize().unwrap());
+        assert_eq!(grant.options, ["noatime", "nosuid,nodev"]);
+        assert_eq!(parsed.owner, Some(MountOwner { uid: UID, gid: UID }));
+        assert!(parsed.flags.nosuid && parsed.flags.nodev && parsed.flags.noatime);
+
+        let mut parsed = Options::parse(&given, &image, Context::Daemon).unwrap();
+        let refused = limits
+            .check_attach(caller(), &image, &roots, &given, &mut parsed, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("belongs to uid 0"), "{refused}");
+        let full = limits
+            .check_attach(caller(), &image, &own, &given, &mut parsed, 16)
+            .unwrap_err()
+            .to_string();
+        assert!(full.contains("already has 16 images"), "{full}");
     }
 }

@@ -110,7 +110,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
         absolute(&args.image)?
     };
     // A wrong option is the caller's usage error (exit 2), found before the daemon is asked.
-    crate::options::Options::parse(&args.options, &image)?;
+    crate::options::Options::parse(&args.options, &image, crate::options::Context::Daemon)?;
     let file = if remote {
         None
     } else {

@@ -6,7 +6,6 @@ mod as_user;
 mod client;
 mod config;
 mod mount_point;
-mod mounted;
 mod probe;
 mod prometheus;
 mod registry;

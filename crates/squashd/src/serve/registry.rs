@@ -3,19 +3,17 @@
 //! images share a lock on their read paths.
 
 use super::access::AccessLimits;
-use super::mounted::Mounted;
 use super::probe::answers;
 use crate::control::protocol::{Request, Response, Status};
-use crate::control::report::{snapshot, FileId, Probe, ServedImage};
+use crate::control::report::{snapshot, FileId, ServedImage};
 use crate::control::{Caller, Controller};
 use crate::dead_mounts::{clear_dead_kernel_mounts, clear_dead_mount};
-use crate::engine;
-use crate::mount::kernel::{mount_flags, translation_options};
-use crate::options::{Engine, Options};
+use crate::funnel::{mount_image, MountHost, Mounted, Placement};
+use crate::options::{Context as OptionsContext, Options};
 use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
-use squashd_fuse::{MountedImage, NotOurMount};
-use squashd_kernel::{KernelPath, Prepared};
+use squashd_fuse::{MountOwner, NotOurMount};
+use squashd_kernel::KernelPath;
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -221,7 +219,7 @@ impl Registry {
         self.forget_ended();
         // A first count, for a quick refusal; the one that holds is the reservation's below.
         let held = self.table().held_by(caller.uid);
-        let mut parsed = Options::parse(options, image)?;
+        let mut parsed = Options::parse(options, image, OptionsContext::Daemon)?;
         let grant =
             self.limits
                 .check_attach(caller, image, mountpoint, options, &mut parsed, held)?;
@@ -234,17 +232,6 @@ impl Registry {
         let private_cache = parsed.gave_cache_budget();
         if !private_cache {
             parsed.open.caches = Some(self.shared.clone());
-        }
-        // Dozens of images share the cores: one request thread each (as squashfuse_ll has),
-        // rather than the per-core pool a lone mount gets; `threads=N` gives a busy image more.
-        // Each thread is a clone of /dev/fuse, a stack and fuser's 16 MiB read buffer: a second
-        // one made 69 images slower to be ready, and cold walks gained little from it
-        // (bench/results/notes-from-code-comments.md, "serve: request threads per image").
-        if !parsed.gave("threads") {
-            parsed.mount.threads = 1;
-        }
-        if !parsed.gave("prefetch_threads") {
-            parsed.mount.prefetch_threads = 1;
         }
         let file_id = grant.image.as_ref().and_then(FileId::of);
         let given_offset = parsed.gave("offset").then_some(parsed.open.offset);
@@ -263,34 +250,21 @@ impl Registry {
         // A remote image is shown by its address without secrets.
         let image_path = PathBuf::from(&*source.name);
         if !parsed.gave("fsname") {
-            parsed.mount.fsname = source.name.to_string();
+            parsed.fsname = source.name.to_string();
         }
         let remote = source.remote;
         let opened = Image::from_source(source.source, source.name, &parsed.open)?;
         // Through the descriptor the checks were made on (see access.rs).
         let target = PathBuf::from(format!("/proc/self/fd/{}", grant.mount_dir.as_raw_fd()));
-        let (engine, fell_back) = engine::choose(&parsed, grant.owner.is_none())?;
-        if let Some(why) = fell_back {
-            log_line!("squashd serve: {}: {why}", crate::quote::path(&mountpoint));
-        }
-        let (mounted, probe) = if engine == Engine::Kernel {
-            let prepared = Prepared::new(opened.clone(), &translation_options(&opened, &parsed)?)?;
-            let flags = mount_flags(&parsed.mount.flags);
-            let mount = self
-                .kernel_path()?
-                .mount(prepared, &target, &mountpoint, flags)?;
-            let mount = Arc::new(mount);
-            (Mounted::Kernel(mount.clone()), Probe::Kernel(mount))
-        } else {
-            let mounted =
-                MountedImage::mount_through(opened.clone(), &target, &mountpoint, &parsed.mount)?;
-            let started = Mounted::start_fuse(mounted)?;
-            if !answers(&mountpoint, parsed.mount.owner) {
-                started.0.abandon(&mountpoint);
-                bail!("{}: the mount does not answer", mountpoint.display());
-            }
-            started
+        let place = Placement {
+            target: &target,
+            mountpoint: &mountpoint,
         };
+        let mut host = DaemonHost {
+            registry: self,
+            privileged: grant.owner.is_none(),
+        };
+        let (mounted, probe) = mount_image(opened.clone(), &parsed, place, &mut host)?;
         drop(grant.mount_dir);
         let settings = self.remote_settings(&parsed);
         if let (Some(remote), Some(list)) = (&remote, &settings.prefetch) {
@@ -439,6 +413,36 @@ impl Registry {
     }
 }
 
+/// What the daemon gives the mount funnel: the kernel path only for root's and the config's
+/// images, its one blob file system, and its attach probe (with the user's rights for a
+/// user's mount).
+struct DaemonHost<'a> {
+    registry: &'a Registry,
+    privileged: bool,
+}
+
+impl MountHost for DaemonHost<'_> {
+    fn who(&self) -> &'static str {
+        "squashd serve"
+    }
+
+    fn privileged(&self) -> bool {
+        self.privileged
+    }
+
+    fn before_threads(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn blob_fs(&mut self) -> anyhow::Result<Arc<KernelPath>> {
+        self.registry.kernel_path()
+    }
+
+    fn answers(&self, mountpoint: &Path, owner: Option<MountOwner>) -> bool {
+        answers(mountpoint, owner)
+    }
+}
+
 impl Controller for Registry {
     fn dispatch(&self, request: Request, caller: Caller) -> Response {
         let result = match request {
@@ -468,3 +472,6 @@ fn logged(result: anyhow::Result<String>) -> Response {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

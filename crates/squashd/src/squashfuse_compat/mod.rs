@@ -212,8 +212,12 @@ fn prepare(
     }
     // squashd's own options that squashfuse does not have, with values squashd cannot read.
     // One option per element, as the command line's parser unescaped it.
-    let options = Options::parse_each(given.iter().map(String::as_str), &image)
-        .map_err(|e| fail(codes.usage, e.to_string()))?;
+    let options = Options::parse_each(
+        given.iter().map(String::as_str),
+        &image,
+        crate::options::Context::LoneMount,
+    )
+    .map_err(|e| fail(codes.usage, e.to_string()))?;
     let check_mountpoint = |mountpoint: &Path| {
         mountpoint.canonicalize().map(drop).map_err(|e| {
             let why = format!("bad mount point `{}': {e}", mountpoint.display());
@@ -264,7 +268,7 @@ fn check_image(image: &Path, options: &Options) -> anyhow::Result<()> {
         source.name,
         &squashd_core::OpenOptions::default().with_offset(source.offset),
     )?;
-    if let Some(dir) = &options.mount.subdir {
+    if let Some(dir) = &options.subdir {
         use std::os::unix::ffi::OsStrExt;
         let inode = opened.resolve_path(dir.as_os_str().as_bytes())?;
         anyhow::ensure!(

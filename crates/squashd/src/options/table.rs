@@ -1,15 +1,15 @@
-//! The mount options (`squashd mount -o`, `squashd attach -o`, a daemon config's `options`):
-//! one table, [`OPTIONS`], from which both the parser and the `--help` text are made, so that
-//! neither can list an option the other does not know (the shape of ripgrep's `flags/defs.rs`,
-//! reduced to what a list of `key=value` pairs needs).
+//! The table of mount options, [`OPTIONS`]: each option's name, kind of value, default, help
+//! text, whether a user may give it to the daemon, and how it sets its typed field of
+//! [`Options`]. The parser and `--help` are both made from it.
+//!
+//! Adding an option: a field in [`Options`] (typed: a number, a path, a [`MountFlags`] member,
+//! not a string parsed later), an entry here whose `apply` sets it, and, if a mount path needs
+//! it, a line in `paths.rs` (what the FUSE path and the kernel path are given) or in the mount
+//! funnel (crate::funnel). The table's tests check that every entry parses and is in `--help`.
 
-use crate::cli::UsageError;
-use crate::size::parse_size;
-use squashd_core::OpenOptions;
-use squashd_fuse::MountConfig;
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use super::flags::MountFlag;
+use super::{Engine, Options};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// What an option's value is.
@@ -29,7 +29,7 @@ pub(crate) enum Value {
 
 impl Value {
     /// How `--help` shows the value after `name=`.
-    fn placeholder(self) -> String {
+    pub(super) fn placeholder(self) -> String {
         match self {
             Value::Flag => String::new(),
             Value::Size => "=SIZE".into(),
@@ -42,7 +42,7 @@ impl Value {
 
 /// A value as parsed for its option's [`Value`] kind.
 #[derive(Debug, Clone, Copy)]
-enum Arg<'a> {
+pub(super) enum Arg<'a> {
     Flag,
     Number(u64),
     Seconds(Duration),
@@ -50,7 +50,7 @@ enum Arg<'a> {
 }
 
 impl Arg<'_> {
-    fn number(self) -> u64 {
+    pub(super) fn number(self) -> u64 {
         match self {
             Arg::Number(n) => n,
             _ => 0,
@@ -66,7 +66,15 @@ pub(crate) enum DefaultValue {
     /// Applied through the parser before the options given, as if given first: this table is
     /// the one place that says what a mount gets.
     Value(&'static str),
-    /// Decided elsewhere (e.g. from the number of cores); only described.
+    /// Depends on who mounts: a lone `squashd mount` gets `lone()`, described as
+    /// `lone_text`; an image of the daemon (`squashd serve`, `squashd attach`) gets `daemon`.
+    /// Applied through the parser as [`DefaultValue::Value`] is.
+    ByContext {
+        lone: fn() -> String,
+        lone_text: &'static str,
+        daemon: &'static str,
+    },
+    /// Decided elsewhere (e.g. found in the image's file); only described.
     Described(&'static str),
 }
 
@@ -81,7 +89,7 @@ pub(crate) struct OptionSpec {
     /// mount, into the daemon's resources or other users' rights.
     pub(crate) root_only: Option<&'static str>,
     /// Sets the option in [`Options`]; an error says why the value is wrong.
-    apply: fn(&mut Options, Arg<'_>) -> Result<(), String>,
+    pub(super) apply: fn(&mut Options, Arg<'_>) -> Result<(), String>,
 }
 
 fn id(a: Arg<'_>) -> Result<u32, String> {
@@ -140,7 +148,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "serve this directory of the image as the root",
         apply: |o, a| {
             let Arg::Text(path) = a else { return Ok(()) };
-            o.mount.subdir = Some(PathBuf::from(path.trim_start_matches('/')));
+            o.subdir = Some(PathBuf::from(path.trim_start_matches('/')));
             Ok(())
         },
     },
@@ -151,7 +159,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         default: DefaultValue::None,
         help: "show every file as owned by this user id",
         apply: |o, a| {
-            o.mount.uid = Some(id(a)?);
+            o.uid = Some(id(a)?);
             Ok(())
         },
     },
@@ -162,7 +170,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         default: DefaultValue::None,
         help: "show every file as owned by this group id",
         apply: |o, a| {
-            o.mount.gid = Some(id(a)?);
+            o.gid = Some(id(a)?);
             Ok(())
         },
     },
@@ -174,7 +182,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "let users other than the one who mounted read it (for a non-root user: \
                user_allow_other in /etc/fuse.conf)",
         apply: |o, _| {
-            o.mount.allow_other = true;
+            o.allow_other = true;
             Ok(())
         },
     },
@@ -186,7 +194,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "let root read it too, besides the user who mounted (for a non-root user: \
                user_allow_other in /etc/fuse.conf)",
         apply: |o, _| {
-            o.mount.allow_root = true;
+            o.allow_root = true;
             Ok(())
         },
     },
@@ -227,10 +235,21 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "threads",
         root_only: Some("threads are the daemon's to set"),
         value: Value::Number,
-        default: DefaultValue::Described("one per core, at least 2"),
+        // Dozens of images share the cores under serve: one request thread each (as
+        // squashfuse_ll has), rather than a lone mount's per-core pool; `threads=N` gives a
+        // busy image more. Each thread is a clone of /dev/fuse, a stack and fuser's 16 MiB read
+        // buffer: a second one made 69 images slower to be ready, and cold walks gained little
+        // from it (bench/results/notes-from-code-comments.md, "serve: request threads per
+        // image"). A lone mount: more threads measured slower for many parallel `find`s
+        // ("request threads" there), fewer than 2 leave one reader blocking the rest.
+        default: DefaultValue::ByContext {
+            lone: || squashd_core::cores().max(2).to_string(),
+            lone_text: "one per core, at least 2",
+            daemon: "1",
+        },
         help: "threads serving FUSE requests (1 to 256)",
         apply: |o, a| {
-            o.mount.threads = a.number().clamp(1, 256) as usize;
+            o.threads = a.number().clamp(1, 256) as usize;
             Ok(())
         },
     },
@@ -238,10 +257,14 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "prefetch_threads",
         root_only: Some("threads are the daemon's to set"),
         value: Value::Number,
-        default: DefaultValue::Described("one per core"),
+        default: DefaultValue::ByContext {
+            lone: || squashd_core::cores().to_string(),
+            lone_text: "one per core",
+            daemon: "1",
+        },
         help: "threads decompressing ahead of sequential readers (0 to 64; 0: no read-ahead)",
         apply: |o, a| {
-            o.mount.prefetch_threads = a.number().min(64) as usize;
+            o.prefetch_threads = a.number().min(64) as usize;
             Ok(())
         },
     },
@@ -252,7 +275,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         default: DefaultValue::Value("2MiB"),
         help: "how far ahead of a sequential reader to decompress",
         apply: |o, a| {
-            o.mount.readahead_bytes = a.number();
+            o.readahead_bytes = a.number();
             Ok(())
         },
     },
@@ -264,7 +287,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "unmount after that long without a request (a busy mount stays)",
         apply: |o, a| {
             if let Arg::Seconds(d) = a {
-                o.mount.idle_timeout = Some(d);
+                o.idle_timeout = Some(d);
             }
             Ok(())
         },
@@ -371,7 +394,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "the source /proc/mounts shows",
         apply: |o, a| {
             if let Arg::Text(name) = a {
-                o.mount.fsname = name.to_string();
+                o.fsname = name.to_string();
             }
             Ok(())
         },
@@ -410,7 +433,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::Described("on"),
         help: "device files cannot be opened",
-        apply: |o, _| o.flag("nodev"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::NoDev);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "dev",
@@ -418,7 +444,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::None,
         help: "device files can be opened (root only)",
-        apply: |o, _| o.flag("dev"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::Dev);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "nosuid",
@@ -426,7 +455,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::Described("on"),
         help: "set-user-id and set-group-id bits are ignored",
-        apply: |o, _| o.flag("nosuid"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::NoSuid);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "suid",
@@ -434,7 +466,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::None,
         help: "set-user-id and set-group-id bits take effect (root only)",
-        apply: |o, _| o.flag("suid"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::Suid);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "exec",
@@ -442,7 +477,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::Described("on"),
         help: "programs can be run",
-        apply: |o, _| o.flag("exec"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::Exec);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "noexec",
@@ -450,7 +488,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::None,
         help: "programs cannot be run",
-        apply: |o, _| o.flag("noexec"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::NoExec);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "atime",
@@ -458,7 +499,10 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::None,
         help: "accepted (the image has no access times to update)",
-        apply: |o, _| o.flag("atime"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::Atime);
+            Ok(())
+        },
     },
     OptionSpec {
         name: "noatime",
@@ -466,330 +510,9 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Flag,
         default: DefaultValue::None,
         help: "accepted (the image has no access times to update)",
-        apply: |o, _| o.flag("noatime"),
+        apply: |o, _| {
+            o.flags.set(MountFlag::NoAtime);
+            Ok(())
+        },
     },
 ];
-
-/// Options mount(8) and fstab pass that mean nothing to an immutable FUSE file system: accepted
-/// and ignored. Also every `x-*`, `comment=*` and `subtype=*` ([`IGNORED_PREFIXES`]).
-pub(crate) const IGNORED: &[&str] = &[
-    "rw",
-    "ro",
-    "defaults",
-    "nofail",
-    "_netdev",
-    "user",
-    "users",
-    "nouser",
-    "owner",
-    "group",
-    "auto",
-    "noauto",
-    "async",
-    "sync",
-    "dirsync",
-    "relatime",
-    "norelatime",
-    "strictatime",
-    "lazytime",
-    "nolazytime",
-    "diratime",
-    "nodiratime",
-    "default_permissions",
-    "loop",
-];
-
-/// Prefixes of options ignored as [`IGNORED`] is.
-pub(crate) const IGNORED_PREFIXES: &[&str] = &["x-", "comment=", "subtype="];
-
-/// Which path serves a mount.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Engine {
-    /// Chosen by squashd (see [`crate::engine`]).
-    #[default]
-    Auto,
-    /// The kernel's EROFS on a translated metadata image (`kernel`).
-    Kernel,
-    /// FUSE (`fuse`).
-    Fuse,
-}
-
-/// What the -o options say.
-#[derive(Debug)]
-pub(crate) struct Options {
-    /// `kernel`, `fuse`, or neither.
-    pub(crate) engine: Engine,
-    pub(crate) open: OpenOptions,
-    pub(crate) mount: MountConfig,
-    /// Where a lone mount answers `squashd status` (`control=`); the daemon has its own.
-    pub(crate) control: Option<PathBuf>,
-    /// How a remote image is fetched and cached.
-    pub(crate) remote: crate::remote::RemoteSettings,
-    /// The named pipe told whether a lone mount came up (`notify_pipe=`).
-    pub(crate) notify_pipe: Option<PathBuf>,
-    /// The SIF partition to serve (`partition=`), by descriptor id.
-    pub(crate) partition: Option<u32>,
-    /// Names of the options given (not those applied as defaults).
-    given: BTreeSet<&'static str>,
-}
-
-impl Options {
-    /// Parses comma-separated option lists (each element may hold several) for a mount of
-    /// `image`. Errors are [`UsageError`]s naming the option.
-    pub(crate) fn parse(list: &[String], image: &Path) -> Result<Options, UsageError> {
-        Options::parse_each(list.iter().flat_map(|o| o.split(',')), image)
-    }
-
-    /// Parses options already split, one option per element, for a mount of `image`: a comma
-    /// in an element is part of its value (the squashfuse drop-in's `-o subdir=a\,b`, which
-    /// its own parser unescaped, must not become two options here).
-    pub(crate) fn parse_each<'a>(
-        elements: impl IntoIterator<Item = &'a str>,
-        image: &Path,
-    ) -> Result<Options, UsageError> {
-        // Field by field rather than struct literals: the libraries' option structs may gain
-        // fields (or become non-exhaustive) without this code changing.
-        let mut options = Options {
-            engine: Engine::Auto,
-            open: OpenOptions::default(),
-            mount: MountConfig::default(),
-            control: None,
-            remote: crate::remote::RemoteSettings::default(),
-            notify_pipe: None,
-            partition: None,
-            given: BTreeSet::new(),
-        };
-        options.mount.fsname = image.display().to_string();
-        for spec in OPTIONS {
-            if let DefaultValue::Value(text) = spec.default {
-                options
-                    .set(spec, Some(text))
-                    .map_err(|e| UsageError(format!("default of {}: {e}", spec.name)))?;
-            }
-        }
-        for option in elements.into_iter().filter(|o| !o.is_empty()) {
-            let (key, value) = match option.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (option, None),
-            };
-            match OPTIONS.iter().find(|s| s.name == key) {
-                Some(spec) => {
-                    options.set(spec, value)?;
-                    options.given.insert(spec.name);
-                }
-                None if is_ignored(option) => {}
-                None => {
-                    return Err(UsageError(format!(
-                        "unknown mount option {option:?} (squashd mount --help lists them)"
-                    )))
-                }
-            }
-        }
-        if options.gave("offset") && options.gave("partition") {
-            return Err(UsageError(
-                "mount options offset and partition both say where the image starts: give one"
-                    .into(),
-            ));
-        }
-        Ok(options)
-    }
-
-    /// Whether the option `name` was given (rather than left at its default).
-    pub(crate) fn gave(&self, name: &str) -> bool {
-        self.given.contains(name)
-    }
-
-    /// The first option given that only root may give, and why (see [`OptionSpec::root_only`]).
-    pub(crate) fn gave_root_only(&self) -> Option<(&'static str, &'static str)> {
-        OPTIONS
-            .iter()
-            .filter(|spec| self.gave(spec.name))
-            .find_map(|spec| spec.root_only.map(|why| (spec.name, why)))
-    }
-
-    /// Whether any cache budget (`metadata_cache=`, `data_cache=`, `compressed_cache=`) was
-    /// given: the daemon then gives the image caches of its own instead of a share of its one.
-    pub(crate) fn gave_cache_budget(&self) -> bool {
-        ["metadata_cache", "data_cache", "compressed_cache"]
-            .iter()
-            .any(|name| self.gave(name))
-    }
-
-    fn set(&mut self, spec: &OptionSpec, value: Option<&str>) -> Result<(), UsageError> {
-        let name = spec.name;
-        let wrong = |why: String| UsageError(format!("mount option {name}: {why}"));
-        let arg = match (spec.value, value) {
-            (Value::Flag, None) => Arg::Flag,
-            (Value::Flag, Some(_)) => return Err(wrong("takes no value".into())),
-            (_, None | Some("")) => {
-                return Err(wrong(format!(
-                    "needs a value ({name}{})",
-                    spec.value.placeholder()
-                )))
-            }
-            (Value::Size, Some(v)) => Arg::Number(parse_size(v).map_err(wrong)?),
-            (Value::Number, Some(v)) => Arg::Number(
-                v.parse()
-                    .map_err(|_| wrong(format!("{v:?} is not a whole number")))?,
-            ),
-            (Value::Seconds, Some(v)) => Arg::Seconds(
-                v.parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s < 1e9)
-                    .map(Duration::from_secs_f64)
-                    .ok_or_else(|| wrong(format!("{v:?} is not a positive number of seconds")))?,
-            ),
-            (Value::Text(_), Some(v)) => Arg::Text(v),
-        };
-        (spec.apply)(self, arg).map_err(wrong)
-    }
-
-    fn set_engine(&mut self, engine: Engine) -> Result<(), String> {
-        if self.engine != Engine::Auto && self.engine != engine {
-            return Err("kernel and fuse are each other's opposite: give one".into());
-        }
-        self.engine = engine;
-        Ok(())
-    }
-
-    fn flag(&mut self, name: &str) -> Result<(), String> {
-        self.mount.flags.push(name.to_string());
-        Ok(())
-    }
-}
-
-/// Whether `option` is one mount(8) passes that squashd accepts and ignores ([`IGNORED`]).
-pub(crate) fn is_ignored(option: &str) -> bool {
-    IGNORED.contains(&option) || IGNORED_PREFIXES.iter().any(|p| option.starts_with(p))
-}
-
-/// The options section of `squashd mount --help`, made from [`OPTIONS`] and [`IGNORED`].
-pub(crate) fn help() -> String {
-    let mut text = String::from("Mount options (-o, comma-separated; may be repeated):\n");
-    for spec in OPTIONS {
-        let head = format!("{}{}", spec.name, spec.value.placeholder());
-        let _ = write!(text, "  {head:<24} {}", spec.help);
-        match spec.default {
-            DefaultValue::None => {}
-            DefaultValue::Value(v) | DefaultValue::Described(v) => {
-                let _ = write!(text, " [default: {v}]");
-            }
-        }
-        text.push('\n');
-    }
-    let _ = write!(
-        text,
-        "\nAccepted and ignored, as mount(8) and fstab pass them: {}, {}. The mount is always \
-         read-only.\n",
-        IGNORED.join(", "),
-        IGNORED_PREFIXES
-            .iter()
-            .map(|p| format!("{p}*"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(list: &[&str]) -> Result<Options, UsageError> {
-        let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
-        Options::parse(&list, Path::new("x.sqfs"))
-    }
-
-    #[test]
-    fn options() {
-        let o = parse(&[
-            "rw,nofail,_netdev,uid=1000,gid=100,x-systemd.automount",
-            "data_cache=64MiB,offset=4096,subdir=/usr/lib,timeout=2.5,allow_other",
-        ])
-        .unwrap();
-        assert_eq!(o.mount.uid, Some(1000));
-        assert_eq!(o.mount.gid, Some(100));
-        assert_eq!(o.open.budgets.data_bytes, 64 << 20);
-        assert_eq!(o.open.offset, 4096);
-        assert_eq!(o.mount.subdir.as_deref(), Some(Path::new("usr/lib")));
-        assert_eq!(o.mount.idle_timeout, Some(Duration::from_millis(2500)));
-        assert!(o.mount.allow_other);
-        assert_eq!(o.mount.fsname, "x.sqfs");
-        assert!(o.gave("data_cache") && o.gave("uid") && !o.gave("threads"));
-        assert!(o.gave_cache_budget());
-    }
-
-    #[test]
-    fn defaults_come_from_the_table() {
-        let o = parse(&[]).unwrap();
-        assert_eq!(o.open.budgets.metadata_bytes, 256 << 20);
-        assert_eq!(o.open.budgets.data_bytes, 256 << 20);
-        assert_eq!(o.open.budgets.compressed_bytes, 0);
-        assert_eq!(o.mount.readahead_bytes, 2 << 20);
-        assert_eq!(o.open.offset, 0);
-        assert!(!o.gave_cache_budget() && !o.gave("offset"));
-        assert!(o.mount.flags.is_empty());
-    }
-
-    #[test]
-    fn a_sif_partition_is_chosen_by_id_and_not_with_an_offset() {
-        let o = parse(&["partition=3"]).unwrap();
-        assert_eq!(o.partition, Some(3));
-        assert!(o.gave("partition") && !o.gave("offset"));
-        assert_eq!(parse(&[]).unwrap().partition, None);
-        let e = parse(&["partition=3,offset=4096"]).unwrap_err().to_string();
-        assert!(e.contains("offset and partition"), "{e}");
-    }
-
-    #[test]
-    fn wrong_options_are_usage_errors_naming_the_option() {
-        for (list, names) in [
-            ("bogus", "\"bogus\""),
-            ("uid=x", "uid"),
-            ("uid=4294967296", "uid"),
-            ("uid", "uid"),
-            ("timeout=0", "timeout"),
-            ("timeout=nan", "timeout"),
-            ("data_cache=lots", "data_cache"),
-            ("allow_other=1", "allow_other"),
-            ("control=", "control"),
-            ("partition=x", "partition"),
-            ("partition=-1", "partition"),
-            ("partition=4294967296", "partition"),
-        ] {
-            let e = parse(&[list]).unwrap_err().to_string();
-            assert!(e.contains(names), "{list}: {e}");
-            assert!(!e.contains('\n'), "{list}: {e}");
-        }
-    }
-
-    #[test]
-    fn every_option_parses_with_a_value_of_its_kind() {
-        for spec in OPTIONS {
-            let given = match spec.value {
-                Value::Flag => spec.name.to_string(),
-                Value::Size => format!("{}=1MiB", spec.name),
-                Value::Number => format!("{}=3", spec.name),
-                Value::Seconds => format!("{}=1.5", spec.name),
-                Value::Text(_) => format!("{}=some/where", spec.name),
-            };
-            let o = parse(&[&given]).unwrap_or_else(|e| panic!("{given}: {e}"));
-            assert!(o.gave(spec.name));
-        }
-        for ignored in IGNORED {
-            parse(&[ignored]).unwrap();
-        }
-    }
-
-    #[test]
-    fn help_lists_every_option() {
-        let help = help();
-        for spec in OPTIONS {
-            let head = format!("  {}{} ", spec.name, spec.value.placeholder());
-            assert!(help.contains(&head), "{head:?} missing from\n{help}");
-        }
-        for ignored in IGNORED {
-            assert!(help.contains(ignored), "{ignored}");
-        }
-    }
-}

@@ -1,5 +1,5 @@
-//! One attached image's mount, on either path: a FUSE session of its own, or a kernel EROFS
-//! mount on the daemon's blob file system. The registry holds these and does not care which.
+//! One mounted image, on either path: a FUSE session of its own, or a kernel EROFS mount on a
+//! blob file system. A lone mount and the daemon's registry hold these and do not care which.
 
 use crate::control::report::Probe;
 use squashd_fuse::{MountedImage, Serving, Unmounter};
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// A mount the daemon made.
-pub(super) enum Mounted {
+pub(crate) enum Mounted {
     /// Served by FUSE: the session's threads answer every request.
     Fuse {
         unmounter: Unmounter,
@@ -21,7 +21,7 @@ pub(super) enum Mounted {
 
 impl Mounted {
     /// Starts serving a FUSE mount, and its probe.
-    pub(super) fn start_fuse(mounted: MountedImage) -> io::Result<(Mounted, Probe)> {
+    pub(crate) fn start_fuse(mounted: MountedImage) -> io::Result<(Mounted, Probe)> {
         let unmounter = mounted.unmounter();
         let probe = Probe::Fuse(mounted.probe());
         // fuser's session threads serve the mount; no thread of ours waits on each image.
@@ -33,7 +33,7 @@ impl Mounted {
     /// namespace; call [`Mounted::finish`] next. Only the mount the daemon made: if its mount
     /// point leads elsewhere now, nothing is unmounted and the error is a
     /// [`squashd_fuse::NotOurMount`].
-    pub(super) fn unmount(&self, lazy: bool) -> io::Result<()> {
+    pub(crate) fn unmount(&self, lazy: bool) -> io::Result<()> {
         match self {
             Mounted::Fuse { unmounter, .. } => unmounter.unmount(lazy),
             Mounted::Kernel(k) => k.unmount(lazy),
@@ -42,7 +42,7 @@ impl Mounted {
 
     /// Whether the mount is gone and nothing uses it any more, however it went (the idle
     /// timeout, or `umount` by someone else): [`Mounted::finish`] then has nothing to wait for.
-    pub(super) fn is_over(&self) -> bool {
+    pub(crate) fn is_over(&self) -> bool {
         match self {
             Mounted::Fuse { serving, .. } => serving.is_over(),
             Mounted::Kernel(k) => !k.in_use(),
@@ -52,7 +52,7 @@ impl Mounted {
     /// Releases what served the mount once it is unmounted: a FUSE session ends (at once, or
     /// once its last user has gone for a lazy unmount); the kernel path's files went with
     /// [`Mounted::unmount`].
-    pub(super) fn finish(self, lazy: bool, name: &Path) {
+    pub(crate) fn finish(self, lazy: bool, name: &Path) {
         match self {
             Mounted::Fuse { serving, .. } => {
                 let name = name.display().to_string();
@@ -69,9 +69,45 @@ impl Mounted {
         }
     }
 
+    /// A handle that unmounts it from another thread (a signal watcher's).
+    pub(crate) fn unmount_handle(&self) -> UnmountHandle {
+        match self {
+            Mounted::Fuse { unmounter, .. } => UnmountHandle::Fuse(unmounter.clone()),
+            Mounted::Kernel(k) => UnmountHandle::Kernel(k.clone()),
+        }
+    }
+
+    /// Waits until the mount is gone (unmounted, and its last user gone) and what served it
+    /// has ended: a lone mount's life.
+    pub(crate) fn wait(self) -> io::Result<()> {
+        match self {
+            Mounted::Fuse { serving, .. } => serving.wait(),
+            Mounted::Kernel(k) => {
+                k.wait_unmounted();
+                Ok(())
+            }
+        }
+    }
+
     /// Takes down a mount that will not be kept (it did not answer, or lost a race).
-    pub(super) fn abandon(self, name: &Path) {
+    pub(crate) fn abandon(self, name: &Path) {
         let _ = self.unmount(true);
         self.finish(true, name);
+    }
+}
+
+/// Unmounts a [`Mounted`] from another thread.
+pub(crate) enum UnmountHandle {
+    Fuse(Unmounter),
+    Kernel(Arc<KernelMount>),
+}
+
+impl UnmountHandle {
+    /// Unmounts; `lazy` detaches even while busy.
+    pub(crate) fn unmount(&self, lazy: bool) -> io::Result<()> {
+        match self {
+            UnmountHandle::Fuse(u) => u.unmount(lazy),
+            UnmountHandle::Kernel(k) => k.unmount(lazy),
+        }
     }
 }

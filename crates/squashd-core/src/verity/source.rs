@@ -200,12 +200,15 @@ impl VeritySource {
     }
 
     /// Checks data blocks `first..first + count` (each read whole, whether or not already
-    /// checked), using `scratch` as the read buffer; the first bad block is the error.
+    /// checked), using `scratch` as the read buffer. Each block that fails (itself or a hash
+    /// block above it) is given to `on_bad` with its number, and checking goes on; a read that
+    /// fails is the error.
     pub fn verify_blocks(
         &self,
         first: u64,
         count: u64,
         scratch: &mut Vec<u8>,
+        on_bad: &mut dyn FnMut(u64, VerityError),
     ) -> Result<(), VerityError> {
         let size = self.state.params.data_block_size as usize;
         let end = first
@@ -221,7 +224,11 @@ impl VeritySource {
                 .read_exact_at(scratch, pos)
                 .map_err(VerityError::Io)?;
             for (i, bytes) in scratch.chunks(size).enumerate() {
-                self.state.check_data_block(block + i as u64, bytes)?;
+                match self.state.check_data_block(block + i as u64, bytes) {
+                    Ok(()) => {}
+                    Err(VerityError::Io(e)) => return Err(VerityError::Io(e)),
+                    Err(e) => on_bad(block + i as u64, e),
+                }
             }
             block += run;
         }

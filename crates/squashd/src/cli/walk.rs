@@ -513,6 +513,7 @@ mod tests {
             data_cache: None,
             disk_cache: None,
             disk_cache_size: 0,
+            verity: Default::default(),
         }
     }
 

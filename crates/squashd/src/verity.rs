@@ -49,6 +49,10 @@ pub struct VerityArgs {
     /// The tree is in the image file itself from this byte on (veritysetup --hash-offset).
     #[arg(long, value_name = "BYTES")]
     pub verity_hash_offset: Option<u64>,
+    /// Any verity option of mounts, as KEY=VALUE (repeatable): for a tree without superblock
+    /// verity_superblock=no, verity_hash=ALG, verity_salt=HEX, verity_block_size=BYTES.
+    #[arg(long = "verity-opt", value_name = "KEY=VALUE")]
+    pub verity_opt: Vec<String>,
 }
 
 impl Default for VerityArgs {
@@ -59,6 +63,7 @@ impl Default for VerityArgs {
             verity_data: None,
             roothash_sig: None,
             verity_hash_offset: None,
+            verity_opt: Vec::new(),
         }
     }
 }
@@ -84,6 +89,15 @@ impl VerityArgs {
         }
         if let Some(offset) = self.verity_hash_offset {
             set("verity_hash_offset", &offset.to_string())?;
+        }
+        for item in &self.verity_opt {
+            let (key, value) = item.split_once('=').unwrap_or((item, ""));
+            if !set(key, value)? {
+                return Err(anyhow!(crate::cli::UsageError(format!(
+                    "--verity-opt {key}: not a verity option (use {})",
+                    VerityOptions::KEYS.join(", ")
+                ))));
+            }
         }
         Ok(options)
     }

@@ -6,10 +6,11 @@
 
 use crate::remote::OpenedSource;
 use anyhow::anyhow;
+use squashd_core::container::{GptLayout, GptPartition};
 use squashd_core::source::{FileSource, Source};
 use squashd_core::verity::{
-    discover, read_tree_location, to_hex, RootHashSource, VerityHandle, VerityMode, VerityOptions,
-    VeritySource,
+    discover, find_root_hash, find_signature, from_hex, read_tree_location, to_hex, Found,
+    RootHashSource, VerityHandle, VerityMode, VerityOptions, VeritySource,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -103,9 +104,20 @@ impl VerityArgs {
     }
 }
 
+/// Where an image's tree, root hash and data are, found.
+struct Plan {
+    found: Found,
+    /// Where the data the tree covers starts in the file (a disk image's partition).
+    data_start: u64,
+    /// The most bytes of data the tree may cover (a disk image's partition).
+    data_limit: Option<u64>,
+}
+
 /// Puts `opened` (read from `image`) behind its hash tree as `options` say: unchanged when
 /// there is nothing to verify (`verity=off`, or `auto` and no tree found); an error of one line
-/// when a tree is required and missing, cannot be read, or does not match its root hash.
+/// when a tree is required and missing, cannot be read, or does not match its root hash. A
+/// disk image's `-verity` partition is its tree, its root hash taken from `roothash=`, its
+/// `-verity-sig` partition, or the files beside it.
 pub(crate) fn verify_opened(
     opened: OpenedSource,
     image: &Path,
@@ -115,29 +127,21 @@ pub(crate) fn verify_opened(
         return Ok((opened, None));
     }
     let name = opened.name.clone();
-    let found = if opened.remote.is_some() {
-        // A remote image's URL.verity and URL.roothash are not fetched (yet): only a tree and
-        // a root hash given as options are used.
-        match (&options.root_hash, &options.verity_data) {
-            (Some(hash), Some(tree)) => Some(squashd_core::verity::Found {
-                root_hash: hash.clone(),
-                root_hash_from: RootHashSource::Option,
-                tree_file: Some(tree.clone()),
-                hash_offset: options.hash_offset.unwrap_or(0),
-                signature: None,
-            }),
-            _ if options.mode == VerityMode::Require => {
-                return Err(anyhow!(
-                    "{name}: verity=require: a remote image's tree and root hash must be given \
-                     (verity_data=PATH, roothash=HEX)"
-                ))
-            }
-            _ => None,
-        }
-    } else {
-        discover(image, options).map_err(|e| anyhow!(e))?
+    let disk = opened
+        .located
+        .as_ref()
+        .and_then(|l| l.gpt.as_ref())
+        .filter(|gpt| gpt.verity.is_some() && options.verity_data.is_none());
+    let plan = match disk {
+        Some(gpt) => disk_plan(&opened, gpt, image, options)?,
+        None => plain_plan(&opened, image, options)?,
     };
-    let Some(found) = found else {
+    let Some(Plan {
+        found,
+        data_start,
+        data_limit,
+    }) = plan
+    else {
         return Ok((opened, None));
     };
     if let Some((path, _)) = &found.signature {
@@ -149,24 +153,22 @@ pub(crate) fn verify_opened(
         );
     }
     let data: Arc<dyn Source> = Arc::from(opened.source);
-    let hash: Arc<dyn Source> = match (&found.tree_file, &opened.remote) {
-        (Some(path), _) => Arc::new(
+    let hash: Arc<dyn Source> = match &found.tree_file {
+        Some(path) => Arc::new(
             FileSource::open(path)
                 .map_err(|e| anyhow!("{}: cannot open the hash tree: {e}", path.display()))?,
         ),
-        (None, Some(remote)) => Arc::new(remote.clone()),
-        (None, None) => Arc::new(
-            FileSource::open(image)
-                .map_err(|e| anyhow!("{name}: cannot open it again for its hash tree: {e}"))?,
-        ),
+        // The tree is in the image's own file.
+        None => data.clone(),
     };
     let tree_name = found
         .tree_file
         .as_ref()
         .map_or_else(|| name.to_string(), |p| p.display().to_string());
-    let data_len = match found.tree_file {
-        Some(_) => data.len()?,
-        None => found.hash_offset,
+    let data_len = match (&found.tree_file, data_limit) {
+        (_, Some(limit)) => limit,
+        (Some(_), None) => data.len()?,
+        (None, None) => found.hash_offset,
     };
     let location = read_tree_location(
         hash.as_ref(),
@@ -176,19 +178,36 @@ pub(crate) fn verify_opened(
         data_len,
     )
     .map_err(|e| anyhow!("{tree_name}: {e}"))?;
-    let source = VeritySource::new(name.clone(), data, 0, hash, &location, options.cache_bytes)
-        .map_err(|e| {
-            let hint = if e.is_root_mismatch() {
-                format!(
-                    " (root hash {} from {})",
-                    to_hex(&found.root_hash),
-                    found.root_hash_from
-                )
-            } else {
-                String::new()
-            };
-            anyhow!("{name}: {e}{hint}")
-        })?;
+    if data_limit.is_some_and(|limit| location.params.data_len() > limit) {
+        return Err(anyhow!(
+            "{tree_name}: the tree covers {} bytes, more than the {data_len}-byte partition",
+            location.params.data_len()
+        ));
+    }
+    let offset = opened
+        .offset
+        .checked_sub(data_start)
+        .ok_or_else(|| anyhow!("{name}: the image starts before the data its tree covers"))?;
+    let source = VeritySource::new(
+        name.clone(),
+        data,
+        data_start,
+        hash,
+        &location,
+        options.cache_bytes,
+    )
+    .map_err(|e| {
+        let hint = if e.is_root_mismatch() {
+            format!(
+                " (root hash {} from {})",
+                to_hex(&found.root_hash),
+                found.root_hash_from
+            )
+        } else {
+            String::new()
+        };
+        anyhow!("{name}: {e}{hint}")
+    })?;
     let verified = Verified {
         handle: source.handle(),
         source: source.clone(),
@@ -198,8 +217,135 @@ pub(crate) fn verify_opened(
     Ok((
         OpenedSource {
             source: Box::new(source),
+            offset,
             ..opened
         },
         Some(verified),
     ))
+}
+
+/// A file's tree found beside it (or given); a remote image's only as given.
+fn plain_plan(
+    opened: &OpenedSource,
+    image: &Path,
+    options: &VerityOptions,
+) -> anyhow::Result<Option<Plan>> {
+    let found = if opened.remote.is_some() {
+        // A remote image's URL.verity and URL.roothash are not fetched (yet): only a tree and
+        // a root hash given as options are used.
+        match (&options.root_hash, &options.verity_data) {
+            (Some(hash), Some(tree)) => Some(Found {
+                root_hash: hash.clone(),
+                root_hash_from: RootHashSource::Option,
+                tree_file: Some(tree.clone()),
+                hash_offset: options.hash_offset.unwrap_or(0),
+                signature: None,
+            }),
+            _ if options.mode == VerityMode::Require => {
+                return Err(anyhow!(
+                    "{}: verity=require: a remote image's tree and root hash must be given \
+                     (verity_data=PATH, roothash=HEX)",
+                    opened.name
+                ))
+            }
+            _ => None,
+        }
+    } else {
+        discover(image, options).map_err(|e| anyhow!(e))?
+    };
+    Ok(found.map(|found| Plan {
+        found,
+        data_start: 0,
+        data_limit: None,
+    }))
+}
+
+/// The most bytes of a `-verity-sig` partition read: its JSON is a few KiB.
+const MAX_SIGNATURE_PARTITION: u64 = 1 << 20;
+
+/// A disk image's tree: its `-verity` partition; the root hash given, else from its
+/// `-verity-sig` partition, else from the files beside it.
+fn disk_plan(
+    opened: &OpenedSource,
+    gpt: &GptLayout,
+    image: &Path,
+    options: &VerityOptions,
+) -> anyhow::Result<Option<Plan>> {
+    let name = &opened.name;
+    let Some(tree) = &gpt.verity else {
+        return Ok(None);
+    };
+    let mut root = options
+        .root_hash
+        .clone()
+        .map(|hash| (hash, RootHashSource::Option));
+    if root.is_none() {
+        if let Some(sig) = &gpt.verity_sig {
+            root = Some((
+                signature_partition_root_hash(opened, sig)?,
+                RootHashSource::Partition,
+            ));
+        }
+    }
+    let mut signature = None;
+    if root.is_none() && opened.remote.is_none() {
+        let (found, suffix) = find_root_hash(image, options).map_err(|e| anyhow!(e))?;
+        root = found;
+        signature = find_signature(image, options, suffix).map_err(|e| anyhow!(e))?;
+    }
+    let Some((root_hash, root_hash_from)) = root else {
+        if options.mode == VerityMode::Require {
+            return Err(anyhow!(
+                "{name}: verity=require: partition {} has a -verity partition but no root hash \
+                 was found (no -verity-sig partition; give roothash=HEX or put it in \
+                 IMAGE.roothash)",
+                gpt.chosen.number
+            ));
+        }
+        tracing::warn!("{name}: a -verity partition but no root hash: read unverified");
+        return Ok(None);
+    };
+    Ok(Some(Plan {
+        found: Found {
+            root_hash,
+            root_hash_from,
+            tree_file: None,
+            hash_offset: tree.offset,
+            signature,
+        },
+        data_start: gpt.chosen.offset,
+        data_limit: Some(gpt.chosen.size),
+    }))
+}
+
+/// The `rootHash` of a `-verity-sig` partition's JSON object (NUL-padded to the partition's
+/// end), as systemd-repart writes it.
+fn signature_partition_root_hash(
+    opened: &OpenedSource,
+    partition: &GptPartition,
+) -> anyhow::Result<Vec<u8>> {
+    let name = &opened.name;
+    let len = partition.size.min(MAX_SIGNATURE_PARTITION);
+    let mut bytes = vec![0u8; len as usize];
+    opened
+        .source
+        .read_exact_at(&mut bytes, partition.offset)
+        .map_err(|e| anyhow!("{name}: cannot read its -verity-sig partition: {e}"))?;
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let json: serde_json::Value = serde_json::from_slice(&bytes[..end]).map_err(|e| {
+        anyhow!(
+            "{name}: partition {} (-verity-sig) is not JSON: {e}",
+            partition.number
+        )
+    })?;
+    let hex = json
+        .get("rootHash")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            anyhow!(
+                "{name}: partition {} (-verity-sig) has no rootHash",
+                partition.number
+            )
+        })?;
+    from_hex(hex).map_err(|e| anyhow!("{name}: partition {} rootHash: {e}", partition.number))
 }

@@ -83,6 +83,57 @@ fn read_xattr(image: &Path, name: &str) -> Option<Vec<u8>> {
     from_hex(&text).ok()
 }
 
+/// The root hash of `image`: the `roothash=` option, else `IMAGE.roothash` or the
+/// `user.verity.roothash` xattr, else the same for `.usrhash`; with the suffix its signature
+/// file would have.
+pub fn find_root_hash(
+    image: &Path,
+    options: &VerityOptions,
+) -> Result<(Option<(Vec<u8>, RootHashSource)>, &'static str), String> {
+    if let Some(hash) = &options.root_hash {
+        return Ok((
+            Some((hash.clone(), RootHashSource::Option)),
+            ".roothash.p7s",
+        ));
+    }
+    for (suffix, sig, attr) in [
+        (".roothash", ".roothash.p7s", "user.verity.roothash"),
+        (".usrhash", ".usrhash.p7s", "user.verity.usrhash"),
+    ] {
+        if let Some(path) = first_existing(image, suffix) {
+            return Ok((
+                Some((read_hex_file(&path)?, RootHashSource::File(path))),
+                sig,
+            ));
+        }
+        if let Some(hash) = read_xattr(image, attr) {
+            return Ok((Some((hash, RootHashSource::Xattr(attr))), sig));
+        }
+    }
+    Ok((None, ".roothash.p7s"))
+}
+
+/// The detached signature of `image`'s root hash: the `roothash_sig=` option, else the file
+/// beside the image ending in `suffix`, read whole.
+pub fn find_signature(
+    image: &Path,
+    options: &VerityOptions,
+    suffix: &str,
+) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
+    let path = match &options.root_hash_sig {
+        Some(path) => Some(path.clone()),
+        None => first_existing(image, suffix),
+    };
+    path.map(|path| match std::fs::read(&path) {
+        Ok(bytes) => Ok((path, bytes)),
+        Err(e) => Err(format!(
+            "{}: cannot read the signature: {e}",
+            path.display()
+        )),
+    })
+    .transpose()
+}
+
 /// Looks for `image`'s tree and root hash as `options` say. `Ok(None)`: nothing to verify
 /// (`verity=off`, or `auto` and neither found); with `verity=require`, finding nothing is the
 /// error. A root hash without a tree (or a tree without root hash, when asked for) is an error
@@ -92,27 +143,7 @@ pub fn discover(image: &Path, options: &VerityOptions) -> Result<Option<Found>, 
         return Ok(None);
     }
     let shown = image.display();
-    let mut root = options
-        .root_hash
-        .clone()
-        .map(|h| (h, RootHashSource::Option));
-    let mut sig_names = vec![".roothash.p7s"];
-    if root.is_none() {
-        for (suffix, sig, attr) in [
-            (".roothash", ".roothash.p7s", "user.verity.roothash"),
-            (".usrhash", ".usrhash.p7s", "user.verity.usrhash"),
-        ] {
-            if let Some(path) = first_existing(image, suffix) {
-                root = Some((read_hex_file(&path)?, RootHashSource::File(path)));
-            } else if let Some(hash) = read_xattr(image, attr) {
-                root = Some((hash, RootHashSource::Xattr(attr)));
-            }
-            if root.is_some() {
-                sig_names = vec![sig];
-                break;
-            }
-        }
-    }
+    let (root, sig_names) = find_root_hash(image, options)?;
     let tree = match (&options.verity_data, options.hash_offset) {
         (Some(path), _) => Some((Some(path.clone()), options.hash_offset.unwrap_or(0))),
         (None, Some(offset)) => Some((None, offset)),
@@ -141,19 +172,7 @@ pub fn discover(image: &Path, options: &VerityOptions) -> Result<Option<Found>, 
         }
     };
     let (tree_file, hash_offset) = tree.unwrap_or((None, 0));
-    let sig_path = match &options.root_hash_sig {
-        Some(path) => Some(path.clone()),
-        None => sig_names.iter().find_map(|s| first_existing(image, s)),
-    };
-    let signature = sig_path
-        .map(|path| match std::fs::read(&path) {
-            Ok(bytes) => Ok((path, bytes)),
-            Err(e) => Err(format!(
-                "{}: cannot read the signature: {e}",
-                path.display()
-            )),
-        })
-        .transpose()?;
+    let signature = find_signature(image, options, sig_names)?;
     Ok(Some(Found {
         root_hash,
         root_hash_from,

@@ -36,7 +36,9 @@ mod source;
 #[cfg(test)]
 mod tests;
 
-pub use discover::{discover, read_tree_location, Found, RootHashSource};
+pub use discover::{
+    discover, find_root_hash, find_signature, read_tree_location, Found, RootHashSource,
+};
 pub use hash::{build_tree, from_hex, hash_block, to_hex, BlockDigest, MAX_DIGEST};
 pub use options::{VerityMode, VerityOptions};
 pub use params::{

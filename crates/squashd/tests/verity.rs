@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use testkit::{Built, TreeOptions};
 
+#[path = "verity/ddi.rs"]
+mod ddi;
+
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
 fn squashd<S: AsRef<OsStr>>(args: &[S]) -> Output {

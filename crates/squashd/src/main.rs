@@ -33,6 +33,7 @@ mod serve;
 mod size;
 mod squashfuse_compat;
 mod verity;
+mod verity_signature;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;

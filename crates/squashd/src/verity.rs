@@ -12,7 +12,7 @@ use squashd_core::verity::{
     discover, find_root_hash, find_signature, from_hex, read_tree_location, to_hex, Found,
     RootHashSource, VerityHandle, VerityMode, VerityOptions, VeritySource,
 };
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An image opened through its hash tree.
@@ -28,6 +28,8 @@ pub(crate) struct Verified {
     pub(crate) root_hash_from: RootHashSource,
     /// The root hash, in hex.
     pub(crate) root_hash: String,
+    /// The subject of the trusted certificate that signed the root hash, if it was signed.
+    pub(crate) signed_by: Option<String>,
 }
 
 /// The verity flags of the offline tools (the `key=value` options of mounts, as flags).
@@ -35,7 +37,8 @@ pub(crate) struct Verified {
 pub struct VerityArgs {
     /// Check the image against its dm-verity hash tree: auto (when a tree and a root hash are
     /// found: IMAGE.verity, IMAGE.roothash, the user.verity.roothash xattr, a disk image's
-    /// -verity partition), require, or off.
+    /// -verity partition), require, signed (a root hash signed by a trusted certificate: see
+    /// --roothash-sig), or off.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub verity: String,
     /// The root hash (hex), instead of IMAGE.roothash.
@@ -44,7 +47,8 @@ pub struct VerityArgs {
     /// The file holding the hash tree, instead of IMAGE.verity.
     #[arg(long, value_name = "PATH")]
     pub verity_data: Option<std::path::PathBuf>,
-    /// A PKCS#7 signature of the hex root hash, instead of IMAGE.roothash.p7s.
+    /// A PKCS#7 signature of the hex root hash, instead of IMAGE.roothash.p7s; checked against
+    /// the certificates in /etc/verity.d (and systemd's other verity.d directories).
     #[arg(long, value_name = "PATH")]
     pub roothash_sig: Option<std::path::PathBuf>,
     /// The tree is in the image file itself from this byte on (veritysetup --hash-offset).
@@ -144,14 +148,39 @@ pub(crate) fn verify_opened(
     else {
         return Ok((opened, None));
     };
-    if let Some((path, _)) = &found.signature {
-        // Checking PKCS#7 signatures against /etc/verity.d is not built yet: say so rather
-        // than pretend.
-        tracing::warn!(
-            "{name}: the root hash signature {} is not checked (not supported yet)",
-            path.display()
-        );
-    }
+    let signed_by = match &found.signature {
+        Some((from, signature)) => {
+            let dirs = crate::verity_signature::dirs(options.certs_dir.as_deref());
+            match crate::verity_signature::check(&to_hex(&found.root_hash), signature, &dirs) {
+                Ok(signer) => Some(signer),
+                // A root hash given by the caller is trusted as given, signed or not.
+                Err(e)
+                    if found.root_hash_from == RootHashSource::Option
+                        && options.mode != VerityMode::Signed =>
+                {
+                    tracing::warn!("{name}: {e}; the root hash given is used unsigned");
+                    None
+                }
+                Err(e) => {
+                    return Err(anyhow!(
+                        "{name}: signature {} of the root hash from {}: {e} (add the signer's \
+                         certificate there, give the root hash with roothash=HEX to trust it \
+                         unsigned, or verity=off)",
+                        from.display(),
+                        found.root_hash_from
+                    ))
+                }
+            }
+        }
+        None if options.mode == VerityMode::Signed => {
+            return Err(anyhow!(
+                "{name}: verity=signed, but its root hash ({}) has no signature: put it in \
+                 IMAGE.roothash.p7s or give roothash_sig=PATH",
+                found.root_hash_from
+            ))
+        }
+        None => None,
+    };
     let data: Arc<dyn Source> = Arc::from(opened.source);
     let hash: Arc<dyn Source> = match &found.tree_file {
         Some(path) => Arc::new(
@@ -213,6 +242,7 @@ pub(crate) fn verify_opened(
         source: source.clone(),
         root_hash_from: found.root_hash_from,
         root_hash: to_hex(&found.root_hash),
+        signed_by,
     };
     Ok((
         OpenedSource {
@@ -279,15 +309,15 @@ fn disk_plan(
         .root_hash
         .clone()
         .map(|hash| (hash, RootHashSource::Option));
-    if root.is_none() {
-        if let Some(sig) = &gpt.verity_sig {
-            root = Some((
-                signature_partition_root_hash(opened, sig)?,
-                RootHashSource::Partition,
-            ));
+    let mut signature = None;
+    if let Some(sig) = &gpt.verity_sig {
+        let (hash, signed) = signature_partition(opened, sig)?;
+        // Its signature also stands for a root hash given that is the same.
+        if root.as_ref().is_none_or(|(given, _)| *given == hash) {
+            signature = Some((PathBuf::from(format!("partition {}", sig.number)), signed));
+            root.get_or_insert((hash, RootHashSource::Partition));
         }
     }
-    let mut signature = None;
     if root.is_none() && opened.remote.is_none() {
         let (found, suffix) = find_root_hash(image, options).map_err(|e| anyhow!(e))?;
         root = found;
@@ -318,12 +348,12 @@ fn disk_plan(
     }))
 }
 
-/// The `rootHash` of a `-verity-sig` partition's JSON object (NUL-padded to the partition's
-/// end), as systemd-repart writes it.
-fn signature_partition_root_hash(
+/// The `rootHash` and the decoded `signature` of a `-verity-sig` partition's JSON object
+/// (NUL-padded to the partition's end), as systemd-repart writes it.
+fn signature_partition(
     opened: &OpenedSource,
     partition: &GptPartition,
-) -> anyhow::Result<Vec<u8>> {
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
     let name = &opened.name;
     let len = partition.size.min(MAX_SIGNATURE_PARTITION);
     let mut bytes = vec![0u8; len as usize];
@@ -347,5 +377,20 @@ fn signature_partition_root_hash(
                 partition.number
             )
         })?;
-    from_hex(hex).map_err(|e| anyhow!("{name}: partition {} rootHash: {e}", partition.number))
+    let hash = from_hex(hex)
+        .map_err(|e| anyhow!("{name}: partition {} rootHash: {e}", partition.number))?;
+    let signature = json
+        .get("signature")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            anyhow!(
+                "{name}: partition {} (-verity-sig) has no signature",
+                partition.number
+            )
+        })
+        .and_then(|text| {
+            crate::verity_signature::from_base64(text)
+                .map_err(|e| anyhow!("{name}: partition {} signature: {e}", partition.number))
+        })?;
+    Ok((hash, signature))
 }

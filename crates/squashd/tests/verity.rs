@@ -309,3 +309,81 @@ fn discovery_follows_systemd_and_require_refuses_what_is_missing() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_signed_sidecar_root_hash_is_checked_against_the_trusted_certificates() {
+    let Some((built, image)) = fixture() else {
+        return;
+    };
+    let signed = copy(&built, &image, "signed.sqfs");
+    let tree = PathBuf::from(format!("{}.verity", signed.display()));
+    let root = format(&[signed.as_os_str(), tree.as_os_str()]);
+    fs::write(format!("{}.roothash", signed.display()), &root).unwrap();
+    let certs = built.scratch("certs");
+    fs::create_dir_all(&certs).unwrap();
+    let (key, cert) = (built.scratch("key.pem"), certs.join("signer.crt"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=sidecar signer", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    // As systemd-repart and the kernel take it: a detached PKCS#7 over the hex root hash.
+    let sign = |hash: &str, out: &Path| {
+        let input = built.scratch("hash.txt");
+        fs::write(&input, hash).unwrap();
+        let done = Command::new("openssl")
+            .args([
+                "smime", "-sign", "-nocerts", "-noattr", "-binary", "-outform", "der",
+            ])
+            .arg("-in")
+            .arg(&input)
+            .arg("-inkey")
+            .arg(&key)
+            .arg("-signer")
+            .arg(&cert)
+            .arg("-out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(done.status.success(), "{done:?}");
+    };
+    let p7s = PathBuf::from(format!("{}.roothash.p7s", signed.display()));
+    sign(&root, &p7s);
+    let trusted = format!("--verity-opt=verity_certs={}", certs.display());
+    let args = |mode: &str| {
+        vec![
+            OsStr::new("info").to_owned(),
+            OsStr::new(mode).to_owned(),
+            OsStr::new(&trusted).to_owned(),
+            signed.clone().into_os_string(),
+        ]
+    };
+    let out = squashd(&args("--verity=signed"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("signed by CN=sidecar signer"),
+        "{out:?}"
+    );
+    // A signature of another hash is refused, in every mode but off.
+    sign(&"0".repeat(64), &p7s);
+    for mode in ["--verity=auto", "--verity=require", "--verity=signed"] {
+        let out = squashd(&args(mode));
+        assert_eq!(out.status.code(), Some(1), "{mode}: {out:?}");
+        assert!(
+            text(&out.stderr).contains("does not verify"),
+            "{mode}: {out:?}"
+        );
+    }
+    // verity=signed refuses an unsigned root hash.
+    fs::remove_file(&p7s).unwrap();
+    let out = squashd(&args("--verity=signed"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("has no signature"), "{out:?}");
+    assert!(squashd(&args("--verity=require")).status.success());
+}

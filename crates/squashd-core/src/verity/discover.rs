@@ -154,7 +154,7 @@ pub fn discover(image: &Path, options: &VerityOptions) -> Result<Option<Found>, 
         (None, None) if options.mode == VerityMode::Auto => return Ok(None),
         (None, None) => {
             return Err(format!(
-                "{shown}: verity=require, but no hash tree and no root hash were found (looked for \
+                "{shown}: verity=require or signed, but no hash tree and no root hash were found (looked for \
                  {shown}.verity and {shown}.roothash; give verity_data= and roothash=)"
             ))
         }

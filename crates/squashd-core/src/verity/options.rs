@@ -26,6 +26,8 @@ pub enum VerityMode {
     Auto,
     /// Refuse an image without a tree and a root hash.
     Require,
+    /// Refuse an image without a tree and a root hash signed by a trusted certificate.
+    Signed,
     /// Never verify (and look for nothing).
     Off,
 }
@@ -36,8 +38,9 @@ impl std::str::FromStr for VerityMode {
         match text {
             "auto" => Ok(VerityMode::Auto),
             "require" | "required" | "on" | "yes" => Ok(VerityMode::Require),
+            "signed" => Ok(VerityMode::Signed),
             "off" | "no" => Ok(VerityMode::Off),
-            other => Err(format!("verity={other}: use auto, require or off")),
+            other => Err(format!("verity={other}: use auto, require, signed or off")),
         }
     }
 }
@@ -45,7 +48,7 @@ impl std::str::FromStr for VerityMode {
 /// How to find and check an image's hash tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerityOptions {
-    /// `verity=auto|require|off`.
+    /// `verity=auto|require|signed|off`.
     pub mode: VerityMode,
     /// `roothash=HEX`: the root hash, instead of the one found beside the image.
     pub root_hash: Option<Vec<u8>>,
@@ -54,6 +57,9 @@ pub struct VerityOptions {
     /// `roothash_sig=PATH`: a detached PKCS#7 signature of the hex root hash, instead of
     /// `IMAGE.roothash.p7s`.
     pub root_hash_sig: Option<PathBuf>,
+    /// `verity_certs=DIR`: the trusted signers' certificates (`*.crt`), instead of systemd's
+    /// `verity.d` directories.
+    pub certs_dir: Option<PathBuf>,
     /// `verity_hash_offset=BYTES`: the tree is in the image file itself, from this byte on
     /// (`veritysetup format --hash-offset`), when no `verity_data` is given.
     pub hash_offset: Option<u64>,
@@ -78,6 +84,7 @@ impl Default for VerityOptions {
             root_hash: None,
             verity_data: None,
             root_hash_sig: None,
+            certs_dir: None,
             hash_offset: None,
             superblock: true,
             algorithm: HashAlgorithm::Sha256,
@@ -97,6 +104,7 @@ impl VerityOptions {
         "verity_data",
         "roothash_sig",
         "usrhash_sig",
+        "verity_certs",
         "verity_hash_offset",
         "verity_superblock",
         "verity_hash",
@@ -127,6 +135,7 @@ impl VerityOptions {
             }
             "verity_data" => self.verity_data = Some(PathBuf::from(value)),
             "roothash_sig" | "usrhash_sig" => self.root_hash_sig = Some(PathBuf::from(value)),
+            "verity_certs" => self.certs_dir = Some(PathBuf::from(value)),
             "verity_hash_offset" => self.hash_offset = Some(number(value)?),
             "verity_superblock" => {
                 self.superblock = match value {

@@ -115,6 +115,8 @@ struct Verity {
     data_blocks: u64,
     root_hash: String,
     root_hash_from: String,
+    /// The trusted certificate that signed the root hash, if it was signed.
+    signed_by: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -183,6 +185,7 @@ impl Info {
                     data_blocks: params.data_blocks,
                     root_hash: v.root_hash.clone(),
                     root_hash_from: v.root_hash_from.to_string(),
+                    signed_by: v.signed_by.clone(),
                 }
             }),
             format: format!("SquashFS {}.{}", sb.version_major, sb.version_minor),
@@ -260,13 +263,16 @@ impl Info {
             Some(v) => line(
                 "verity",
                 format!(
-                    "{} over {} blocks of {} bytes (hash blocks of {}), root hash {} from {}",
+                    "{} over {} blocks of {} bytes (hash blocks of {}), root hash {} from {}{}",
                     v.hash,
                     v.data_blocks,
                     v.data_block_size,
                     v.hash_block_size,
                     v.root_hash,
-                    v.root_hash_from
+                    v.root_hash_from,
+                    v.signed_by
+                        .as_ref()
+                        .map_or_else(|| ", unsigned".to_string(), |s| format!(", signed by {s}"))
                 ),
             ),
             None => line("verity", "none (not checked)".into()),

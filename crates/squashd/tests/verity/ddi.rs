@@ -94,20 +94,81 @@ fn a_signed_ddi_is_found_listed_and_verified_by_its_signature_partitions_root_ha
     let Some((image, root, offset)) = repart(&built, "signed", true) else {
         return;
     };
-    let info = squashd(&[OsStr::new("info"), image.as_os_str()]);
+    // Its signature is checked against the trusted certificates: none trusted, it is refused
+    // (unless its root hash is given, which trusts it as given).
+    let empty = built.scratch("no-certs");
+    fs::create_dir_all(&empty).unwrap();
+    let untrusted = format!("--verity-opt=verity_certs={}", empty.display());
+    let out = squashd(&[
+        OsStr::new("info"),
+        OsStr::new(&untrusted),
+        image.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("no trusted certificate"),
+        "{out:?}"
+    );
+    let given = format!("--roothash={root}");
+    let out = squashd(&[
+        OsStr::new("ls"),
+        OsStr::new(&untrusted),
+        OsStr::new(&given),
+        image.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    // Another key's certificate does not verify it.
+    let other = built.scratch("other-certs");
+    fs::create_dir_all(&other).unwrap();
+    let made = Command::new("openssl")
+        .args([
+            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=someone else", "-keyout"])
+        .arg(built.scratch("other.pem"))
+        .arg("-out")
+        .arg(other.join("other.crt"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let wrong = format!("--verity-opt=verity_certs={}", other.display());
+    let out = squashd(&[OsStr::new("ls"), OsStr::new(&wrong), image.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("does not verify"), "{out:?}");
+    // Its own certificate trusted: signed, verified.
+    let certs = built.scratch("certs");
+    fs::create_dir_all(&certs).unwrap();
+    fs::copy(built.scratch("cert.crt"), certs.join("test.crt")).unwrap();
+    let trusted = format!("--verity-opt=verity_certs={}", certs.display());
+    let info = squashd(&[
+        OsStr::new("info"),
+        OsStr::new("--verity=signed"),
+        OsStr::new(&trusted),
+        image.as_os_str(),
+    ]);
     assert!(info.status.success(), "{info:?}");
     let info = text(&info.stdout);
     for expected in [
         "GPT disk image",
         "root-x86-64-verity-sig",
         &format!("root hash {root} from the image's -verity-sig partition"),
+        "signed by CN=squashd verity test",
     ] {
         assert!(info.contains(expected), "{expected}: {info}");
     }
-    let out = squashd(&[OsStr::new("verify"), image.as_os_str()]);
+    let out = squashd(&[
+        OsStr::new("verify"),
+        OsStr::new(&trusted),
+        image.as_os_str(),
+    ]);
     assert!(out.status.success(), "{out:?}");
     // Listed as unsquashfs lists the root partition at its offset.
-    let ours = squashd(&[OsStr::new("ls"), OsStr::new("-lR"), image.as_os_str()]);
+    let ours = squashd(&[
+        OsStr::new("ls"),
+        OsStr::new("-lR"),
+        OsStr::new(&trusted),
+        image.as_os_str(),
+    ]);
     assert!(ours.status.success(), "{ours:?}");
     let theirs = testkit::unsquashfs(&[
         OsStr::new("-lls"),
@@ -118,7 +179,11 @@ fn a_signed_ddi_is_found_listed_and_verified_by_its_signature_partitions_root_ha
     assert_eq!(text(&ours.stdout), text(&theirs.stdout));
     // A flipped byte of the root partition: the block is named, the exit status is 1.
     flip(&image, offset + 5000);
-    let out = squashd(&[OsStr::new("verify"), image.as_os_str()]);
+    let out = squashd(&[
+        OsStr::new("verify"),
+        OsStr::new(&trusted),
+        image.as_os_str(),
+    ]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("data block 9 "), "{out:?}"); // 512-byte blocks
 }

@@ -93,7 +93,7 @@ pub(crate) fn check(
     Ok(signers
         .iter()
         .next()
-        .map(|cert| subject(cert))
+        .map(subject)
         .unwrap_or_default())
 }
 

@@ -83,13 +83,16 @@ fn read_xattr(image: &Path, name: &str) -> Option<Vec<u8>> {
     from_hex(&text).ok()
 }
 
+/// A root hash found, and where.
+pub type FoundRootHash = (Vec<u8>, RootHashSource);
+
 /// The root hash of `image`: the `roothash=` option, else `IMAGE.roothash` or the
 /// `user.verity.roothash` xattr, else the same for `.usrhash`; with the suffix its signature
 /// file would have.
 pub fn find_root_hash(
     image: &Path,
     options: &VerityOptions,
-) -> Result<(Option<(Vec<u8>, RootHashSource)>, &'static str), String> {
+) -> Result<(Option<FoundRootHash>, &'static str), String> {
     if let Some(hash) = &options.root_hash {
         return Ok((
             Some((hash.clone(), RootHashSource::Option)),

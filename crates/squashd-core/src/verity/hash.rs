@@ -129,7 +129,7 @@ pub fn build_tree(
     if superblock {
         let at = usize::try_from(hash_offset).unwrap_or(usize::MAX);
         device
-            .get_mut(at..at + 512)
+            .get_mut(at..at.saturating_add(512))
             .ok_or_else(|| VerityError::Params("no room for the superblock".into()))?
             .copy_from_slice(&write_superblock(params));
     }

@@ -37,7 +37,8 @@ mod source;
 mod tests;
 
 pub use discover::{
-    discover, find_root_hash, find_signature, read_tree_location, Found, RootHashSource,
+    discover, find_root_hash, find_signature, read_tree_location, Found, FoundRootHash,
+    RootHashSource,
 };
 pub use hash::{build_tree, from_hex, hash_block, to_hex, BlockDigest, MAX_DIGEST};
 pub use options::{VerityMode, VerityOptions};

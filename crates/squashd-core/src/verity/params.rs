@@ -277,7 +277,9 @@ impl Geometry {
 pub fn first_tree_block(hash_offset: u64, hash_block_size: u32, superblock: bool) -> u64 {
     let size = u64::from(hash_block_size);
     if superblock {
-        (hash_offset + SUPERBLOCK_LEN as u64).div_ceil(size)
+        hash_offset
+            .saturating_add(SUPERBLOCK_LEN as u64)
+            .div_ceil(size)
     } else {
         hash_offset / size
     }

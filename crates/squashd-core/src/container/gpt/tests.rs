@@ -125,7 +125,8 @@ fn a_usr_partition_of_another_architecture_is_found_too() {
 
 #[test]
 fn hostile_tables_are_one_line_errors() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Disk)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Disk)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "bad header CRC",
             Box::new(|d| d.bytes[SECTOR + 40] ^= 1),

@@ -12,6 +12,7 @@ use squashd_core::verity::{
     discover, find_root_hash, find_signature, from_hex, read_tree_location, to_hex, Found,
     RootHashSource, VerityHandle, VerityMode, VerityOptions, VeritySource,
 };
+use squashd_remote::{Location, RemoteOptions, RemoteSource};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -115,6 +116,8 @@ struct Plan {
     data_start: u64,
     /// The most bytes of data the tree may cover (a disk image's partition).
     data_limit: Option<u64>,
+    /// The tree's source when it is neither a local file nor the image's own (`URL.verity`).
+    hash_source: Option<Arc<dyn Source>>,
 }
 
 /// Puts `opened` (read from `image`) behind its hash tree as `options` say: unchanged when
@@ -144,6 +147,7 @@ pub(crate) fn verify_opened(
         found,
         data_start,
         data_limit,
+        hash_source,
     }) = plan
     else {
         return Ok((opened, None));
@@ -182,22 +186,24 @@ pub(crate) fn verify_opened(
         None => None,
     };
     let data: Arc<dyn Source> = Arc::from(opened.source);
-    let hash: Arc<dyn Source> = match &found.tree_file {
-        Some(path) => Arc::new(
+    let hash: Arc<dyn Source> = match (&found.tree_file, hash_source) {
+        (_, Some(source)) => source,
+        (Some(path), None) => Arc::new(
             FileSource::open(path)
                 .map_err(|e| anyhow!("{}: cannot open the hash tree: {e}", path.display()))?,
         ),
         // The tree is in the image's own file.
-        None => data.clone(),
+        (None, None) => data.clone(),
     };
     let tree_name = found
         .tree_file
         .as_ref()
         .map_or_else(|| name.to_string(), |p| p.display().to_string());
-    let data_len = match (&found.tree_file, data_limit) {
-        (_, Some(limit)) => limit,
-        (Some(_), None) => data.len()?,
-        (None, None) => found.hash_offset,
+    let data_len = match data_limit {
+        Some(limit) => limit,
+        // A tree in the image's own file starts where the data ends.
+        None if Arc::ptr_eq(&hash, &data) => found.hash_offset,
+        None => data.len()?,
     };
     let location = read_tree_location(
         hash.as_ref(),
@@ -260,33 +266,112 @@ fn plain_plan(
     image: &Path,
     options: &VerityOptions,
 ) -> anyhow::Result<Option<Plan>> {
-    let found = if opened.remote.is_some() {
-        // A remote image's URL.verity and URL.roothash are not fetched (yet): only a tree and
-        // a root hash given as options are used.
-        match (&options.root_hash, &options.verity_data) {
-            (Some(hash), Some(tree)) => Some(Found {
-                root_hash: hash.clone(),
-                root_hash_from: RootHashSource::Option,
-                tree_file: Some(tree.clone()),
-                hash_offset: options.hash_offset.unwrap_or(0),
-                signature: None,
-            }),
-            _ if options.mode == VerityMode::Require => {
-                return Err(anyhow!(
-                    "{}: verity=require: a remote image's tree and root hash must be given \
-                     (verity_data=PATH, roothash=HEX)",
-                    opened.name
-                ))
-            }
-            _ => None,
-        }
-    } else {
-        discover(image, options).map_err(|e| anyhow!(e))?
-    };
+    if opened.remote.is_some() {
+        return remote_plan(opened, image, options);
+    }
+    let found = discover(image, options).map_err(|e| anyhow!(e))?;
     Ok(found.map(|found| Plan {
         found,
         data_start: 0,
         data_limit: None,
+        hash_source: None,
+    }))
+}
+
+/// The most bytes of a remote `URL.roothash` or `URL.roothash.p7s` read.
+const MAX_REMOTE_SIDECAR: u64 = 64 << 10;
+
+/// A remote object beside the image (`URL` + `suffix`), opened, without read-ahead.
+fn remote_beside(address: &str, suffix: &str) -> Result<RemoteSource, String> {
+    let location = Location::parse(&format!("{address}{suffix}"))?;
+    RemoteSource::open(
+        &location,
+        &RemoteOptions {
+            read_ahead_threads: 0,
+            open_tail_bytes: 0,
+            ..RemoteOptions::default()
+        },
+    )
+}
+
+/// A small remote object read whole.
+fn read_small(source: &RemoteSource) -> Result<Vec<u8>, String> {
+    let len = source.len().map_err(|e| e.to_string())?;
+    if len > MAX_REMOTE_SIDECAR {
+        return Err(format!("{}: {len} bytes is too long", source.name()));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    source
+        .read_exact_at(&mut bytes, 0)
+        .map_err(|e| format!("{}: {e}", source.name()))?;
+    Ok(bytes)
+}
+
+/// A remote image's tree and root hash: as given, else `URL.verity` and `URL.roothash` (and
+/// `URL.roothash.p7s`) fetched like the image. In `auto`, a `URL.roothash` that cannot be
+/// fetched means no verity; once it is found, a missing tree is an error.
+fn remote_plan(
+    opened: &OpenedSource,
+    image: &Path,
+    options: &VerityOptions,
+) -> anyhow::Result<Option<Plan>> {
+    let name = &opened.name;
+    let address = image.to_string_lossy();
+    let (root_hash, root_hash_from) = match &options.root_hash {
+        Some(hash) => (hash.clone(), RootHashSource::Option),
+        None => match remote_beside(&address, ".roothash").and_then(|s| read_small(&s)) {
+            Ok(text) => {
+                let hash = from_hex(&String::from_utf8_lossy(&text))
+                    .map_err(|e| anyhow!("{name}.roothash: {e}"))?;
+                (
+                    hash,
+                    RootHashSource::File(PathBuf::from(format!("{name}.roothash"))),
+                )
+            }
+            Err(e) if options.mode == VerityMode::Auto => {
+                tracing::debug!("{name}: no root hash beside it ({e}): read unverified");
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(anyhow!(
+                    "{name}: verity=require: no root hash (give roothash=HEX): {e}"
+                ))
+            }
+        },
+    };
+    let (tree_file, hash_source): (Option<PathBuf>, Option<Arc<dyn Source>>) = match &options
+        .verity_data
+    {
+        Some(path) => (Some(path.clone()), None),
+        None if options.hash_offset.is_some() => (None, None),
+        None => {
+            let tree = remote_beside(&address, ".verity")
+                .map_err(|e| anyhow!("{name}: a root hash ({root_hash_from}) but no tree: {e}"))?;
+            (None, Some(Arc::new(tree)))
+        }
+    };
+    let signature = match &options.root_hash_sig {
+        Some(path) => Some((
+            path.clone(),
+            std::fs::read(path)
+                .map_err(|e| anyhow!("{}: cannot read the signature: {e}", path.display()))?,
+        )),
+        None => remote_beside(&address, ".roothash.p7s")
+            .and_then(|s| read_small(&s))
+            .ok()
+            .map(|bytes| (PathBuf::from(format!("{name}.roothash.p7s")), bytes)),
+    };
+    Ok(Some(Plan {
+        found: Found {
+            root_hash,
+            root_hash_from,
+            tree_file,
+            hash_offset: options.hash_offset.unwrap_or(0),
+            signature,
+        },
+        data_start: 0,
+        data_limit: None,
+        hash_source,
     }))
 }
 
@@ -345,6 +430,7 @@ fn disk_plan(
         },
         data_start: gpt.chosen.offset,
         data_limit: Some(gpt.chosen.size),
+        hash_source: None,
     }))
 }
 

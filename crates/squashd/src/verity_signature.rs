@@ -90,11 +90,7 @@ pub(crate) fn check(
     let signers = pkcs7
         .signers(&stack, Pkcs7Flags::NOINTERN)
         .map_err(|e| e.to_string())?;
-    Ok(signers
-        .iter()
-        .next()
-        .map(subject)
-        .unwrap_or_default())
+    Ok(signers.iter().next().map(subject).unwrap_or_default())
 }
 
 #[allow(deprecated)] // as_utf8: a subject with a NUL inside is cut there, harmless in a message

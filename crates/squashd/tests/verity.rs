@@ -12,6 +12,8 @@ use testkit::{Built, TreeOptions};
 
 #[path = "verity/ddi.rs"]
 mod ddi;
+#[path = "verity/remote.rs"]
+mod remote;
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 

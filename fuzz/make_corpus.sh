@@ -68,4 +68,41 @@ else
     echo "siftool is not installed: no SIF seed" >&2
 fi
 { head -c 8 /bin/true; printf 'AI\002'; tail -c +12 /bin/true; cat "$out/gzip.sqfs"; } > "$loc/true.AppImage"
+# A GPT disk image with the gzip image in a root-x86-64 partition after a Linux data
+# partition, as a Discoverable Disk Image holds it (written here from the UEFI layout: header
+# at LBA 1, 128 entries from LBA 2, CRC32s).
+python3 - "$out/gzip.sqfs" "$loc/root.gpt" <<'PY'
+import struct, sys, uuid, zlib
+image = open(sys.argv[1], "rb").read()
+sectors = (len(image) + 511) // 512
+disk = bytearray((34 + 8 + sectors + 34) * 512)
+def entry(kind, first, last, name):
+    e = uuid.UUID(kind).bytes_le + uuid.uuid5(uuid.NAMESPACE_OID, name).bytes_le
+    e += struct.pack("<QQQ", first, last, 0) + name.encode("utf-16-le").ljust(72, b"\0")
+    return e
+table = entry("0fc63daf-8483-4772-8e79-3d69d8477de4", 34, 41, "data")
+table += entry("4f68bce3-e8cd-4db1-96e7-fbcaf984b709", 42, 41 + sectors, "root-x86-64")
+table = table.ljust(128 * 128, b"\0")
+header = bytearray(struct.pack("<8sIIIIQQQQ16sQIII", b"EFI PART", 0x10000, 92, 0, 0, 1,
+    len(disk) // 512 - 1, 34, len(disk) // 512 - 34, bytes(16), 2, 128, 128, zlib.crc32(table)))
+header[16:20] = struct.pack("<I", zlib.crc32(header))
+disk[512:512 + 92] = header
+disk[1024:1024 + len(table)] = table
+disk[42 * 512:42 * 512 + len(image)] = image
+open(sys.argv[2], "wb").write(disk)
+PY
 du -sh "$loc"
+
+# Seeds of the `verity` target: [root hash][data length][data][hash device] of a small tree
+# made by veritysetup (512-byte blocks, with its superblock), when cryptsetup-bin is installed.
+ver="$here/corpus/verity"
+rm -rf "$ver"
+mkdir -p "$ver"
+if command -v veritysetup >/dev/null; then
+    head -c 4096 "$out/gzip.sqfs" > "$work/vdata"
+    root=$(veritysetup format --data-block-size=512 --hash-block-size=512 "$work/vdata" "$work/vhash" |
+        awk '/Root hash/ {print $3}')
+    { printf '%s' "$root" | xxd -r -p; printf '\000\020'; cat "$work/vdata" "$work/vhash"; } > "$ver/gzip-4k"
+else
+    echo "veritysetup is not installed: no verity seed" >&2
+fi

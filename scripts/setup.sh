@@ -2,7 +2,7 @@
 # Installs what squashd's tests, demo and benchmarks need on a Debian machine. Idempotent: skips
 # apt when everything is already there.
 set -euo pipefail
-packages=(squashfs-tools fuse3 libfuse3-dev pkg-config fio attr squashfuse hyperfine python3-matplotlib erofs-utils dpkg-dev man-db nginx-light curl httpdirfs python3-venv)
+packages=(squashfs-tools cryptsetup-bin openssl libssl-dev fuse3 libfuse3-dev pkg-config fio attr squashfuse hyperfine python3-matplotlib erofs-utils dpkg-dev man-db nginx-light curl httpdirfs python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

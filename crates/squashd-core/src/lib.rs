@@ -33,6 +33,7 @@ mod image;
 pub mod prefetch;
 pub mod read_policy;
 pub mod source;
+pub mod verity;
 pub mod workers;
 
 pub use cache::CacheStats;

@@ -33,6 +33,8 @@ mod remote;
 mod serve;
 mod size;
 mod squashfuse_compat;
+mod verity;
+mod verity_signature;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -53,6 +55,8 @@ struct Cli {
 enum Command {
     /// Show the superblock: compressor and its options, counts, sizes and flags.
     Info(cli::info::Args),
+    /// Check a whole image against its dm-verity hash tree, on all cores; exit 1 at a bad block.
+    Verify(cli::verify::Args),
     /// List a directory of an image (like `unsquashfs -ls` / `-lls`).
     Ls(cli::ls::Args),
     /// Show the inode of one path (type, mode, owner, size, times, links, xattrs).
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(a) => cli::info::run(a),
+        Command::Verify(a) => cli::verify::run(a),
         Command::Ls(a) => cli::ls::run(a),
         Command::Stat(a) => cli::stat::run(a),
         Command::Cat(a) => cli::cat::run(a),

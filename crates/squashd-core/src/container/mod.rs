@@ -6,6 +6,8 @@
 //! - an Apptainer SIF file (`SIF_MAGIC` at byte 32) holds it in a partition its descriptor
 //!   table lists: the primary system partition, or the one asked for by its descriptor id
 //!   (`sif/`, which documents the layout);
+//! - a GPT disk image (`EFI PART` at LBA 1), such as systemd's Discoverable Disk Images, holds
+//!   it in its root or /usr partition, or the partition asked for by its number (`gpt/`);
 //! - anything else is taken as a raw image at byte 0.
 //!
 //! Every number comes from the file and is checked against its length; a container whose
@@ -22,8 +24,10 @@
 //! ```
 
 mod appimage;
+mod gpt;
 mod sif;
 
+pub use gpt::{GptLayout, GptPartition};
 pub use sif::{FsType, PartType, SifPartition};
 
 use crate::source::Source;
@@ -38,6 +42,8 @@ pub enum Container {
     AppImage,
     /// An Apptainer (Singularity) SIF file: the image is one of its partitions.
     Sif,
+    /// A GPT disk image (a Discoverable Disk Image): the image is one of its partitions.
+    Gpt,
 }
 
 impl Container {
@@ -47,6 +53,7 @@ impl Container {
             Container::Raw => "raw SquashFS image",
             Container::AppImage => "AppImage (type 2)",
             Container::Sif => "Apptainer SIF",
+            Container::Gpt => "GPT disk image",
         }
     }
 }
@@ -63,6 +70,8 @@ pub struct Located {
     /// For a SIF file, every partition its descriptor table lists (any file system), in table
     /// order; empty for other containers.
     pub partitions: Vec<SifPartition>,
+    /// For a GPT disk image, its partitions, the one chosen and its verity partitions.
+    pub gpt: Option<GptLayout>,
 }
 
 /// Why no image could be located in a container.
@@ -98,8 +107,8 @@ pub enum ContainerError {
         /// What it holds, its candidates listed.
         what: String,
     },
-    /// A partition was asked for in a file that is not a SIF file.
-    #[error("a partition was asked for, but this is a {0}, not a SIF file")]
+    /// A partition was asked for in a file that is not a SIF file or a GPT disk image.
+    #[error("a partition was asked for, but this is a {0}, not a SIF file or a disk image")]
     NotSif(&'static str),
 }
 
@@ -107,8 +116,9 @@ pub enum ContainerError {
 const SQUASHFS_MAGIC: &[u8; 4] = b"hsqs";
 
 /// Finds the image in `source`: the container and the image's byte offset. `partition` chooses
-/// a SIF file's partition by its descriptor id (default: the primary system partition); for
-/// any other file it is an error.
+/// a SIF file's partition by its descriptor id (default: the primary system partition), or a
+/// GPT disk image's by its number (default: its root, else its /usr partition holding
+/// SquashFS); for any other file it is an error.
 pub fn locate(source: &dyn Source, partition: Option<u32>) -> Result<Located, ContainerError> {
     let len = source.len()?;
     let mut head = [0u8; 64];
@@ -117,10 +127,13 @@ pub fn locate(source: &dyn Source, partition: Option<u32>) -> Result<Located, Co
         offset: 0,
         partition: None,
         partitions: Vec::new(),
+        gpt: None,
     };
     if len >= head.len() as u64 {
         source.read_exact_at(&mut head, 0)?;
-        if appimage::is_appimage(&head) {
+        if head.starts_with(SQUASHFS_MAGIC) {
+            // A raw image, whatever its later bytes look like.
+        } else if appimage::is_appimage(&head) {
             found.container = Container::AppImage;
             found.offset = appimage::image_start(source, &head, len)?;
         } else if sif::is_sif(&head) {
@@ -130,10 +143,20 @@ pub fn locate(source: &dyn Source, partition: Option<u32>) -> Result<Located, Co
                 offset,
                 partition: Some(chosen),
                 partitions,
+                gpt: None,
+            };
+        } else if let Some(sector) = gpt::sector_size(source, len)? {
+            let layout = gpt::locate(source, len, sector, partition)?;
+            found = Located {
+                container: Container::Gpt,
+                offset: layout.chosen.offset,
+                partition: Some(layout.chosen.number),
+                partitions: Vec::new(),
+                gpt: Some(layout),
             };
         }
     }
-    if partition.is_some() && found.container != Container::Sif {
+    if partition.is_some() && !matches!(found.container, Container::Sif | Container::Gpt) {
         return Err(ContainerError::NotSif(found.container.name()));
     }
     Ok(found)

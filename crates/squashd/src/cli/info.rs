@@ -3,6 +3,7 @@
 //! `--json` as one JSON object holding the same fields for scripts.
 
 use super::display::full_stamp;
+use crate::verity::Verified;
 use serde::Serialize;
 use squashd_core::container::{Located, SifPartition};
 use squashd_core::format::superblock::NO_TABLE;
@@ -30,6 +31,10 @@ struct Info {
     partition: Option<u32>,
     /// For a SIF file, every partition it lists; empty for other files.
     partitions: Vec<Partition>,
+    /// For a GPT disk image, every partition it lists; empty for other files.
+    disk_partitions: Vec<DiskPartition>,
+    /// How the image is verified: its tree and root hash; `None` when it is not.
+    verity: Option<Verity>,
     format: String,
     compressor: String,
     /// The options block, `None` when the image records none (compressor defaults).
@@ -89,6 +94,31 @@ impl Partition {
     }
 }
 
+/// One partition of a GPT disk image.
+#[derive(Serialize)]
+struct DiskPartition {
+    number: u32,
+    /// Its type's name in the Discoverable Partitions Specification, else its type GUID.
+    kind: String,
+    uuid: String,
+    name: String,
+    offset: u64,
+    size: u64,
+}
+
+/// The tree an image is checked against.
+#[derive(Serialize)]
+struct Verity {
+    hash: String,
+    data_block_size: u32,
+    hash_block_size: u32,
+    data_blocks: u64,
+    root_hash: String,
+    root_hash_from: String,
+    /// The trusted certificate that signed the root hash, if it was signed.
+    signed_by: Option<String>,
+}
+
 #[derive(Serialize)]
 struct Storage {
     inodes: bool,
@@ -115,7 +145,7 @@ struct Tables {
 }
 
 impl Info {
-    fn of(image: &Image, located: Option<&Located>) -> Self {
+    fn of(image: &Image, located: Option<&Located>, verified: Option<&Verified>) -> Self {
         let sb = image.superblock();
         let position = |start: u64| (start != NO_TABLE).then_some(start);
         let compressed = |flag: Flags| !sb.flags.contains(flag);
@@ -124,10 +154,39 @@ impl Info {
             container: located
                 .map_or("at the offset given", |l| l.container.name())
                 .into(),
-            offset: image.offset(),
+            // Where the image starts in its file (a verified image's offset counts from the
+            // start of the data its tree covers).
+            offset: located.map_or(image.offset(), |l| l.offset),
             partition: located.and_then(|l| l.partition),
             partitions: located.map_or(Vec::new(), |l| {
                 l.partitions.iter().map(Partition::of).collect()
+            }),
+            disk_partitions: located
+                .and_then(|l| l.gpt.as_ref())
+                .map_or(Vec::new(), |gpt| {
+                    gpt.partitions
+                        .iter()
+                        .map(|p| DiskPartition {
+                            number: p.number,
+                            kind: p.kind.map_or_else(|| p.type_guid.clone(), str::to_string),
+                            uuid: p.uuid.clone(),
+                            name: p.name.clone(),
+                            offset: p.offset,
+                            size: p.size,
+                        })
+                        .collect()
+                }),
+            verity: verified.map(|v| {
+                let params = v.source.params();
+                Verity {
+                    hash: params.algorithm.name().to_string(),
+                    data_block_size: params.data_block_size,
+                    hash_block_size: params.hash_block_size,
+                    data_blocks: params.data_blocks,
+                    root_hash: v.root_hash.clone(),
+                    root_hash_from: v.root_hash_from.to_string(),
+                    signed_by: v.signed_by.clone(),
+                }
             }),
             format: format!("SquashFS {}.{}", sb.version_major, sb.version_minor),
             compressor: sb.compressor.name().to_string(),
@@ -187,6 +246,36 @@ impl Info {
                     p.file_system, p.kind, p.arch, p.size, p.offset, p.name
                 ),
             );
+        }
+        if !self.disk_partitions.is_empty() {
+            line("partitions", self.disk_partitions.len().to_string());
+        }
+        for p in &self.disk_partitions {
+            line(
+                &format!("  {}", p.number),
+                format!(
+                    "{}, {} bytes at byte {}, {:?}, uuid {}",
+                    p.kind, p.size, p.offset, p.name, p.uuid
+                ),
+            );
+        }
+        match &self.verity {
+            Some(v) => line(
+                "verity",
+                format!(
+                    "{} over {} blocks of {} bytes (hash blocks of {}), root hash {} from {}{}",
+                    v.hash,
+                    v.data_blocks,
+                    v.data_block_size,
+                    v.hash_block_size,
+                    v.root_hash,
+                    v.root_hash_from,
+                    v.signed_by
+                        .as_ref()
+                        .map_or_else(|| ", unsigned".to_string(), |s| format!(", signed by {s}"))
+                ),
+            ),
+            None => line("verity", "none (not checked)".into()),
         }
         line("format", self.format.clone());
         line("compressor", self.compressor.clone());
@@ -264,8 +353,8 @@ impl Info {
 
 /// Runs `squashd info`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (image, located) = args.image.open_located()?;
-    let info = Info::of(&image, located.as_ref());
+    let (image, located, verified) = args.image.open_verified()?;
+    let info = Info::of(&image, located.as_ref(), verified.as_ref());
     let text = if args.json {
         let mut json = serde_json::to_string_pretty(&info)?;
         json.push('\n');

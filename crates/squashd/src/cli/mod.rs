@@ -8,6 +8,7 @@ pub mod ls;
 pub mod progress;
 pub mod stat;
 pub mod tree;
+pub mod verify;
 pub mod walk;
 pub mod xattr;
 
@@ -41,6 +42,9 @@ pub struct ImageArgs {
     /// For a remote image: budget of the disk cache.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "4GiB")]
     pub disk_cache_size: u64,
+    /// Checking the image against a dm-verity hash tree.
+    #[command(flatten)]
+    pub verity: crate::verity::VerityArgs,
 }
 
 impl ImageArgs {
@@ -53,6 +57,16 @@ impl ImageArgs {
     /// Opens the image as [`ImageArgs::open`] does, and says where it was found: `None` when
     /// `--offset` was given.
     pub fn open_located(&self) -> anyhow::Result<(Image, Option<Located>)> {
+        let (image, located, _) = self.open_verified()?;
+        Ok((image, located))
+    }
+
+    /// Opens the image as [`ImageArgs::open_located`] does, and says how it is verified:
+    /// `None` when it is not.
+    pub(crate) fn open_verified(
+        &self,
+    ) -> anyhow::Result<(Image, Option<Located>, Option<crate::verity::Verified>)> {
+        let verity = self.verity.options()?;
         let defaults = CacheBudgets::default();
         let options = OpenOptions::default().with_budgets(CacheBudgets::new(
             self.metadata_cache.unwrap_or(defaults.metadata_bytes),
@@ -67,12 +81,13 @@ impl ImageArgs {
         if let Some(source) = &opened.remote {
             progress::show_fetching(source.clone());
         }
+        let (opened, verified) = crate::verity::verify_opened(opened, &self.image, &verity)?;
         let image = Image::from_source(
             opened.source,
             opened.name,
             &options.with_offset(opened.offset),
         )?;
-        Ok((image, opened.located))
+        Ok((image, opened.located, verified))
     }
 }
 

@@ -58,6 +58,7 @@ fn args(image: &Path, metadata_cache: Option<u64>) -> ImageArgs {
         data_cache: None,
         disk_cache: None,
         disk_cache_size: 0,
+        verity: Default::default(),
     }
 }
 

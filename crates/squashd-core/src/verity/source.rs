@@ -1,0 +1,392 @@
+//! [`VeritySource`]: a [`Source`] whose every byte has been checked against a dm-verity hash
+//! tree before it is handed up. Each data block is hashed the first time it is read and then
+//! marked in a bitmap; hash blocks, once checked up to the root, are kept in a cache bounded
+//! in bytes. A block that fails its hash fails the reads that need it (and only those), is
+//! logged once and counted.
+
+use super::hash::{hash_block, BlockDigest};
+use super::params::{first_tree_block, Geometry};
+use super::{TreeParams, VerityError};
+use crate::source::Source;
+use quick_cache::sync::Cache;
+use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Where a tree is and what it must hash to.
+#[derive(Debug, Clone)]
+pub struct TreeLocation {
+    /// The tree's parameters (from its superblock, or given).
+    pub params: TreeParams,
+    /// Where the verity area starts in the hash source (its superblock, if it has one).
+    pub hash_offset: u64,
+    /// Whether a superblock precedes the tree.
+    pub superblock: bool,
+    /// The root hash the tree must have.
+    pub root_hash: Vec<u8>,
+}
+
+/// Counters of one verified image.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerityStats {
+    /// Data blocks the tree covers.
+    pub data_blocks: u64,
+    /// Data blocks checked and found good (the bitmap's set bits).
+    pub verified_blocks: u64,
+    /// Blocks (data or hash) that failed their hash, counted at each failed read.
+    pub failures: u64,
+    /// Hash blocks read from the hash source and checked.
+    pub hash_block_loads: u64,
+    /// Bytes of checked hash blocks held in memory now.
+    pub hash_cache_bytes: u64,
+    /// Bytes of the bitmap of checked data blocks.
+    pub bitmap_bytes: u64,
+}
+
+/// What a [`VeritySource`] keeps; shared with its [`VerityHandle`]s.
+struct VerityState {
+    name: Arc<str>,
+    data: Arc<dyn Source>,
+    data_start: u64,
+    hash: Arc<dyn Source>,
+    params: TreeParams,
+    geometry: Geometry,
+    root: Vec<u8>,
+    verified: Vec<AtomicU64>,
+    hash_blocks: Cache<u64, Arc<[u8]>, HashBlockWeighter>,
+    failures: AtomicU64,
+    hash_block_loads: AtomicU64,
+    /// Blocks whose failure was logged: each is logged once (at most `MAX_LOGGED`).
+    logged: Mutex<HashSet<(bool, u64)>>,
+}
+
+const MAX_LOGGED: usize = 1024;
+
+#[derive(Clone)]
+struct HashBlockWeighter;
+
+impl Weighter<u64, Arc<[u8]>> for HashBlockWeighter {
+    fn weight(&self, _key: &u64, block: &Arc<[u8]>) -> u64 {
+        block.len() as u64
+    }
+}
+
+/// A source checked against a hash tree. Positions are counted from the start of the data
+/// device (`data_start` in the underlying source); its length is the data the tree covers.
+#[derive(Clone)]
+pub struct VeritySource {
+    state: Arc<VerityState>,
+}
+
+/// A handle on a [`VeritySource`]'s counters, kept by whoever shows them (`status`).
+#[derive(Clone)]
+pub struct VerityHandle {
+    state: Arc<VerityState>,
+}
+
+impl VerityHandle {
+    /// The source's counters now.
+    pub fn stats(&self) -> VerityStats {
+        self.state.stats()
+    }
+
+    /// The tree's parameters.
+    pub fn params(&self) -> &TreeParams {
+        &self.state.params
+    }
+}
+
+impl std::fmt::Debug for VeritySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VeritySource")
+            .field("name", &self.state.name)
+            .field("params", &self.state.params)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VeritySource {
+    /// Checks `data` (from byte `data_start` on) against the tree `tree` in `hash`; the tree's
+    /// top block is read and checked against the root hash here, so a wrong root hash fails
+    /// now. `cache_bytes` bounds the checked hash blocks kept in memory (at least one block
+    /// per level is always allowed). `name` names the image in errors.
+    pub fn new(
+        name: Arc<str>,
+        data: Arc<dyn Source>,
+        data_start: u64,
+        hash: Arc<dyn Source>,
+        tree: &TreeLocation,
+        cache_bytes: u64,
+    ) -> Result<VeritySource, VerityError> {
+        let params = tree.params.clone();
+        let first = first_tree_block(tree.hash_offset, params.hash_block_size, tree.superblock);
+        let geometry = Geometry::new(&params, first)?;
+        if tree.root_hash.len() != params.algorithm.digest_len() {
+            return Err(VerityError::Params(format!(
+                "a {} root hash has {} bytes, not {}",
+                params.algorithm.name(),
+                params.algorithm.digest_len(),
+                tree.root_hash.len()
+            )));
+        }
+        let data_len = data.len().map_err(VerityError::Io)?;
+        let data_end = data_start.checked_add(params.data_len());
+        if data_end.is_none_or(|end| end > data_len) {
+            return Err(VerityError::Params(format!(
+                "the tree covers {} bytes from byte {data_start}, but the data has {data_len}",
+                params.data_len()
+            )));
+        }
+        let hash_len = hash.len().map_err(VerityError::Io)?;
+        let tree_end = geometry.end_block * u64::from(params.hash_block_size);
+        if tree_end > hash_len {
+            return Err(VerityError::Params(format!(
+                "the tree ends at byte {tree_end}, past the end of its {hash_len}-byte file"
+            )));
+        }
+        let words = params.data_blocks.div_ceil(64);
+        let verified = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let block = u64::from(params.hash_block_size);
+        let levels = geometry.levels.len().max(1) as u64;
+        let cache_bytes = cache_bytes.max(block * levels * 4);
+        let hash_blocks = Cache::with_options(
+            OptionsBuilder::new()
+                .estimated_items_capacity((cache_bytes / block) as usize)
+                .weight_capacity(cache_bytes)
+                .build()
+                .map_err(|e| VerityError::Params(format!("hash block cache: {e:?}")))?,
+            HashBlockWeighter,
+            DefaultHashBuilder::default(),
+            Default::default(),
+        );
+        let state = VerityState {
+            name,
+            data,
+            data_start,
+            hash,
+            params,
+            geometry,
+            root: tree.root_hash.clone(),
+            verified,
+            hash_blocks,
+            failures: AtomicU64::new(0),
+            hash_block_loads: AtomicU64::new(0),
+            logged: Mutex::new(HashSet::new()),
+        };
+        // The top of the tree, against the root hash: a wrong root hash refuses the image.
+        match state.geometry.levels.len() {
+            0 => {}
+            levels => {
+                state.hash_block(levels - 1, 0)?;
+            }
+        }
+        Ok(VeritySource {
+            state: Arc::new(state),
+        })
+    }
+
+    /// A handle on this source's counters.
+    pub fn handle(&self) -> VerityHandle {
+        VerityHandle {
+            state: self.state.clone(),
+        }
+    }
+
+    /// The tree's parameters.
+    pub fn params(&self) -> &TreeParams {
+        &self.state.params
+    }
+
+    /// Checks data blocks `first..first + count` (each read whole, whether or not already
+    /// checked), using `scratch` as the read buffer. Each block that fails (itself or a hash
+    /// block above it) is given to `on_bad` with its number, and checking goes on; a read that
+    /// fails is the error.
+    pub fn verify_blocks(
+        &self,
+        first: u64,
+        count: u64,
+        scratch: &mut Vec<u8>,
+        on_bad: &mut dyn FnMut(u64, VerityError),
+    ) -> Result<(), VerityError> {
+        let size = self.state.params.data_block_size as usize;
+        let end = first
+            .saturating_add(count)
+            .min(self.state.params.data_blocks);
+        let mut block = first;
+        while block < end {
+            let run = (end - block).min(((1usize << 20) / size).max(1) as u64);
+            scratch.resize(run as usize * size, 0);
+            let pos = self.state.data_start + block * size as u64;
+            self.state
+                .data
+                .read_exact_at(scratch, pos)
+                .map_err(VerityError::Io)?;
+            for (i, bytes) in scratch.chunks(size).enumerate() {
+                match self.state.check_data_block(block + i as u64, bytes) {
+                    Ok(()) => {}
+                    Err(VerityError::Io(e)) => return Err(VerityError::Io(e)),
+                    Err(e) => on_bad(block + i as u64, e),
+                }
+            }
+            block += run;
+        }
+        Ok(())
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> VerityStats {
+        self.state.stats()
+    }
+}
+
+impl VerityState {
+    fn stats(&self) -> VerityStats {
+        VerityStats {
+            data_blocks: self.params.data_blocks,
+            verified_blocks: self
+                .verified
+                .iter()
+                .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+                .sum(),
+            failures: self.failures.load(Ordering::Relaxed),
+            hash_block_loads: self.hash_block_loads.load(Ordering::Relaxed),
+            hash_cache_bytes: self.hash_blocks.weight(),
+            bitmap_bytes: self.verified.len() as u64 * 8,
+        }
+    }
+
+    fn is_verified(&self, block: u64) -> bool {
+        let word = &self.verified[(block / 64) as usize];
+        word.load(Ordering::Acquire) & (1 << (block % 64)) != 0
+    }
+
+    fn mark_verified(&self, block: u64) {
+        self.verified[(block / 64) as usize].fetch_or(1 << (block % 64), Ordering::Release);
+    }
+
+    /// Records a failed block: counted always, logged once per block.
+    fn failed(&self, error: VerityError) -> VerityError {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if let VerityError::BadBlock {
+            hash_block, block, ..
+        } = &error
+        {
+            let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+            if logged.len() < MAX_LOGGED && logged.insert((*hash_block, *block)) {
+                tracing::error!("{}: {error}", self.name);
+            }
+        }
+        error
+    }
+
+    /// The digest stored for entry `index` of the level above `level` (or the root).
+    fn expected(&self, level: usize, index: u64) -> Result<BlockDigest, VerityError> {
+        let bits = self.geometry.per_block_bits;
+        let len = self.params.algorithm.digest_len();
+        if level == self.geometry.levels.len() {
+            return Ok(BlockDigest::from_slice(&self.root[..len]));
+        }
+        let parent = self.hash_block(level, index >> bits)?;
+        let slot = (index & ((1 << bits) - 1)) as usize * self.geometry.slot_len;
+        Ok(BlockDigest::from_slice(&parent[slot..slot + len]))
+    }
+
+    /// Hash block `index` of `level` (0: the hashes of data blocks), checked up to the root.
+    fn hash_block(&self, level: usize, index: u64) -> Result<Arc<[u8]>, VerityError> {
+        let (first, _) = self.geometry.levels[level];
+        let absolute = first + index;
+        if let Some(block) = self.hash_blocks.get(&absolute) {
+            return Ok(block);
+        }
+        let expected = self.expected(level + 1, index)?;
+        let size = u64::from(self.params.hash_block_size);
+        let mut bytes = vec![0u8; size as usize];
+        self.hash
+            .read_exact_at(&mut bytes, absolute * size)
+            .map_err(VerityError::Io)?;
+        self.hash_block_loads.fetch_add(1, Ordering::Relaxed);
+        if hash_block(&self.params, &bytes) != expected {
+            return Err(self.failed(VerityError::BadBlock {
+                hash_block: true,
+                block: absolute,
+                position: absolute * size,
+                root: level + 1 == self.geometry.levels.len(),
+            }));
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        self.hash_blocks.insert(absolute, bytes.clone());
+        Ok(bytes)
+    }
+
+    /// Checks data block `block`, whose bytes are `bytes`, and marks it good.
+    fn check_data_block(&self, block: u64, bytes: &[u8]) -> Result<(), VerityError> {
+        let expected = self.expected(0, block)?;
+        if hash_block(&self.params, bytes) != expected {
+            let size = u64::from(self.params.data_block_size);
+            return Err(self.failed(VerityError::BadBlock {
+                hash_block: false,
+                block,
+                position: self.data_start + block * size,
+                root: self.geometry.levels.is_empty(),
+            }));
+        }
+        self.mark_verified(block);
+        Ok(())
+    }
+}
+
+impl Source for VeritySource {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        let state = &self.state;
+        let size = u64::from(state.params.data_block_size);
+        let end = pos
+            .checked_add(buf.len() as u64)
+            .filter(|&end| end <= state.params.data_len())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} bytes at {pos} run past the {} bytes the verity tree covers",
+                        buf.len(),
+                        state.params.data_len()
+                    ),
+                )
+            })?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let first = pos / size;
+        let last = (end - 1) / size;
+        if (first..=last).all(|block| state.is_verified(block)) {
+            return state.data.read_exact_at(buf, state.data_start + pos);
+        }
+        // Whole blocks, hashed from the very bytes that are then copied up.
+        let mut whole = vec![0u8; ((last - first + 1) * size) as usize];
+        state
+            .data
+            .read_exact_at(&mut whole, state.data_start + first * size)?;
+        for (i, bytes) in whole.chunks(size as usize).enumerate() {
+            let block = first + i as u64;
+            if !state.is_verified(block) {
+                state
+                    .check_data_block(block, bytes)
+                    .map_err(VerityError::into_io)?;
+            }
+        }
+        let skip = (pos - first * size) as usize;
+        buf.copy_from_slice(&whole[skip..skip + buf.len()]);
+        Ok(())
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.state.params.data_len())
+    }
+
+    fn will_need(&self, pos: u64, len: u64) {
+        self.state
+            .data
+            .will_need(self.state.data_start.saturating_add(pos), len);
+    }
+}

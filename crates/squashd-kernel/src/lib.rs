@@ -12,12 +12,13 @@
 #![deny(missing_docs)]
 
 pub mod blob;
+mod blob_files;
 pub mod blobfs;
 pub mod block_fill;
 pub mod meta_file;
 
 pub use blob::{Blob, BlobFile, BlobLayout, BlobRead, PartRead, ReadAhead, BLOB_BLOCK};
-pub use blobfs::{BlobFiles, BlobFs, BlobFsContent};
+pub use blobfs::{BlobData, BlobFiles, BlobFs, BlobFsContent};
 pub use meta_file::MetaFile;
 pub mod translate;
 

@@ -71,9 +71,9 @@ mod unmount;
 
 pub use config::{MountConfig, MountOwner};
 pub use error::{FsError, FsResult};
-pub use handles::HandleTable;
 pub use fs::SquashFs;
 pub use fuse::FuseAdapter;
+pub use handles::HandleTable;
 pub use mount_point::{MountPoint, NotOurMount};
 pub use probe::MountProbe;
 pub use session::{MountError, MountedImage, Serving};

@@ -77,7 +77,11 @@ fn answer(d: &Dispatcher<FuseAdapter>, bytes: &[u8]) -> (i32, Vec<u8>) {
     let all = reply.to_vec();
     reply.replied();
     let (header, body) = abi::OutHeader::read_from_prefix(&all).unwrap();
-    assert_eq!(header.len as usize, all.len(), "the header's length is the answer's");
+    assert_eq!(
+        header.len as usize,
+        all.len(),
+        "the header's length is the answer's"
+    );
     assert_eq!(header.unique, unique);
     (-header.error, body.to_vec())
 }
@@ -174,13 +178,22 @@ fn lookup_getattr_open_read_release_answer_the_source() {
         flags: libc::O_RDONLY as u32,
         open_flags: 0,
     };
-    let (errno, body) = answer(d, &request(opcode::OPEN, 4, entry.nodeid, 0, open.as_bytes()));
+    let (errno, body) = answer(
+        d,
+        &request(opcode::OPEN, 4, entry.nodeid, 0, open.as_bytes()),
+    );
     assert_eq!(errno, 0);
     let opened = abi::OpenOut::read_from_bytes(&body).unwrap();
     assert_ne!(opened.fh, 0);
     let (errno, data) = answer(
         d,
-        &request(opcode::READ, 5, entry.nodeid, 0, &read_in(opened.fh, 3, 1 << 20)),
+        &request(
+            opcode::READ,
+            5,
+            entry.nodeid,
+            0,
+            &read_in(opened.fh, 3, 1 << 20),
+        ),
     );
     assert_eq!(errno, 0);
     assert_eq!(data, std::fs::read(&source).unwrap()[3..]);
@@ -190,7 +203,10 @@ fn lookup_getattr_open_read_release_answer_the_source() {
         flags: libc::O_WRONLY as u32,
         open_flags: 0,
     };
-    let (errno, _) = answer(d, &request(opcode::OPEN, 6, entry.nodeid, 0, write.as_bytes()));
+    let (errno, _) = answer(
+        d,
+        &request(opcode::OPEN, 6, entry.nodeid, 0, write.as_bytes()),
+    );
     assert_eq!(errno, libc::EROFS);
 
     let release = abi::ReleaseIn {
@@ -199,7 +215,10 @@ fn lookup_getattr_open_read_release_answer_the_source() {
         release_flags: 0,
         lock_owner: 0,
     };
-    let (errno, body) = answer(d, &request(opcode::RELEASE, 8, entry.nodeid, 0, release.as_bytes()));
+    let (errno, body) = answer(
+        d,
+        &request(opcode::RELEASE, 8, entry.nodeid, 0, release.as_bytes()),
+    );
     assert_eq!((errno, body.len()), (0, 0));
     assert_eq!(d.fs().fs().open_handles(), 0);
 }
@@ -223,7 +242,10 @@ fn names_plus(mut body: &[u8]) -> Vec<(OsString, u64)> {
 #[test]
 fn readdirplus_lists_the_source_across_small_buffers() {
     let Some(f) = fixture(None) else { return };
-    init(&f.dispatcher, init_flags::INIT_EXT | init_flags::NO_OPENDIR_SUPPORT);
+    init(
+        &f.dispatcher,
+        init_flags::INIT_EXT | init_flags::NO_OPENDIR_SUPPORT,
+    );
     let d = &f.dispatcher;
     let mut listed = Vec::new();
     let mut offset = 0;
@@ -236,7 +258,9 @@ fn readdirplus_lists_the_source_across_small_buffers() {
         assert_eq!(errno, 0);
         assert!(body.len() <= 512);
         let names = names_plus(&body);
-        let Some(&(_, next)) = names.last() else { break };
+        let Some(&(_, next)) = names.last() else {
+            break;
+        };
         offset = next;
         listed.extend(names.into_iter().map(|(n, _)| n));
     }
@@ -272,7 +296,9 @@ fn writes_are_erofs_unknown_operations_enosys_and_forgets_unanswered() {
         assert_eq!(errno, libc::ENOSYS, "opcode {op}");
     }
     let forget = abi::ForgetIn { nlookup: 1 }.as_bytes().to_vec();
-    assert!(d.dispatch(&request(opcode::FORGET, 12, 5, 0, &forget)).is_none());
+    assert!(d
+        .dispatch(&request(opcode::FORGET, 12, 5, 0, &forget))
+        .is_none());
     let batch = [
         abi::BatchForgetIn { count: 2, dummy: 0 }.as_bytes(),
         abi::ForgetOne {
@@ -287,9 +313,13 @@ fn writes_are_erofs_unknown_operations_enosys_and_forgets_unanswered() {
         .as_bytes(),
     ]
     .concat();
-    assert!(d.dispatch(&request(opcode::BATCH_FORGET, 13, 0, 0, &batch)).is_none());
+    assert!(d
+        .dispatch(&request(opcode::BATCH_FORGET, 13, 0, 0, &batch))
+        .is_none());
     let interrupt = abi::InterruptIn { unique: 12 }.as_bytes().to_vec();
-    assert!(d.dispatch(&request(opcode::INTERRUPT, 14, 0, 0, &interrupt)).is_none());
+    assert!(d
+        .dispatch(&request(opcode::INTERRUPT, 14, 0, 0, &interrupt))
+        .is_none());
 }
 
 #[test]
@@ -317,7 +347,9 @@ fn truncated_requests_are_eio_never_a_panic() {
         &[0; 16],
     ]
     .concat();
-    assert!(d.dispatch(&request(opcode::BATCH_FORGET, 23, 0, 0, &batch)).is_none());
+    assert!(d
+        .dispatch(&request(opcode::BATCH_FORGET, 23, 0, 0, &batch))
+        .is_none());
     // A header whose length is beyond the bytes given.
     let mut long = request(opcode::STATFS, 24, ROOT, 0, &[]);
     long[0] = 200;
@@ -330,13 +362,7 @@ fn allow_root_refuses_other_users_and_admits_the_owner_and_root() {
     let Some(f) = fixture(Some(1000)) else { return };
     let d = &f.dispatcher;
     assert_eq!(lookup(d, ROOT, "one").0, 0, "root");
-    let as_user = |uid| {
-        answer(
-            d,
-            &request(opcode::LOOKUP, 30, ROOT, uid, &name("one")),
-        )
-        .0
-    };
+    let as_user = |uid| answer(d, &request(opcode::LOOKUP, 30, ROOT, uid, &name("one"))).0;
     assert_eq!(as_user(1000), 0, "the owner");
     assert_eq!(as_user(1234), libc::EACCES, "another user");
     let (errno, _) = answer(d, &request(opcode::STATFS, 31, ROOT, 1234, &[]));

@@ -152,4 +152,3 @@ impl BlobFiles {
         counts.get(&node).map_or(0, |&(open, _)| open)
     }
 }
-

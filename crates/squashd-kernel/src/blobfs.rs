@@ -16,8 +16,8 @@
 //! kernel does.
 
 use crate::blob::Blob;
-pub use crate::blob_files::{BlobFiles, BlobFsContent};
 use crate::blob_files::ROOT;
+pub use crate::blob_files::{BlobFiles, BlobFsContent};
 use crate::meta_file::{MetaFile, MetaWindow};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags,

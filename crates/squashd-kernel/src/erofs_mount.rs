@@ -2,8 +2,8 @@
 //! FUSE mount they live on.
 
 use crate::blobfs::{BlobFiles, BlobFs};
-use squashd_fuse::server::{FuseMount, Running, Session};
 use nix::mount::{MntFlags, MsFlags};
+use squashd_fuse::server::{FuseMount, Running, Session};
 use std::io;
 use std::path::{Path, PathBuf};
 

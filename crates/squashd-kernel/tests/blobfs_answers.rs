@@ -109,10 +109,7 @@ fn lookup_and_getattr_give_each_file_its_size_and_nothing_else() {
         libc::ENOENT
     );
     f.files.remove("1-img.blob");
-    assert_eq!(
-        errno(f.fs.getattr(&CTX, blob.attr.ino, None)),
-        libc::ENOENT
-    );
+    assert_eq!(errno(f.fs.getattr(&CTX, blob.attr.ino, None)), libc::ENOENT);
 }
 
 #[test]
@@ -123,7 +120,11 @@ fn opens_say_how_the_kernel_caches_each_file_and_count_the_opens() {
     let m = f.fs.open(&CTX, meta, ro).unwrap();
     assert_eq!(m.flags, FopenFlags::FOPEN_KEEP_CACHE);
     let b = f.fs.open(&CTX, blob, ro).unwrap();
-    assert_eq!(b.flags, FopenFlags::FOPEN_DIRECT_IO, "cached once, by EROFS");
+    assert_eq!(
+        b.flags,
+        FopenFlags::FOPEN_DIRECT_IO,
+        "cached once, by EROFS"
+    );
     assert_eq!(f.files.open_count("1-img.blob"), 1);
     assert_eq!(f.fs.open_handles(), 2);
     assert_eq!(
@@ -173,7 +174,13 @@ fn reads_give_the_metadata_bytes_and_each_file_at_its_place_in_the_blob() {
         }
         let tail = file.size % BLOB_BLOCK;
         if tail != 0 && file.size < 1 << 20 {
-            let gap = read(&f.fs, blob, b.fh, start + file.size, (BLOB_BLOCK - tail) as u32);
+            let gap = read(
+                &f.fs,
+                blob,
+                b.fh,
+                start + file.size,
+                (BLOB_BLOCK - tail) as u32,
+            );
             assert!(gap.iter().all(|&x| x == 0));
         }
         checked += 1;
@@ -197,7 +204,9 @@ fn reads_give_the_metadata_bytes_and_each_file_at_its_place_in_the_blob() {
 /// Entries of a listing, as the session's buffer holds them.
 fn listing(fs: &BlobFs, offset: u64, size: u32) -> Vec<(String, u64, u32)> {
     let mut out = DirentBuffer::new(size);
-    let turn = fs.readdir(&CTX, ROOT, FileHandle(0), offset, &mut out).unwrap();
+    let turn = fs
+        .readdir(&CTX, ROOT, FileHandle(0), offset, &mut out)
+        .unwrap();
     drop(turn);
     let bytes = out.into_bytes();
     let mut rest = &bytes[..];
@@ -282,5 +291,7 @@ fn a_damaged_block_is_eio_and_counted_for_status() {
     }
     assert!(failed > 0, "some read met the damage");
     assert_eq!(blob.failed_reads(), failed);
-    assert!(blob.last_error().is_some_and(|e| e.contains("damaged.sqfs")));
+    assert!(blob
+        .last_error()
+        .is_some_and(|e| e.contains("damaged.sqfs")));
 }

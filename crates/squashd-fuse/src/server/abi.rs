@@ -153,7 +153,9 @@ pub const INIT_OUT_COMPAT_22_SIZE: usize = 24;
 
 /// A node's attributes.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Attr {
     pub ino: u64,
     pub size: u64,

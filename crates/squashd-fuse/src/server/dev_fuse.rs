@@ -33,8 +33,8 @@ pub fn open_device() -> io::Result<OwnedFd> {
 /// A new descriptor of the connection `device` belongs to, with its own processing list.
 fn clone_device(device: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let clone = open_device()?;
-    let mut source = u32::try_from(device.as_raw_fd())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let mut source =
+        u32::try_from(device.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the source descriptor) through the pointer,
     // which points at a live u32 for the whole call; `clone` is an open descriptor we own.
     let rc = unsafe { libc::ioctl(clone.as_raw_fd(), FUSE_DEV_IOC_CLONE, &mut source) };
@@ -64,7 +64,10 @@ impl Notifier {
     pub fn store(&self, node: u64, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let head = reply::notify_store(node, offset, bytes.len())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
-        write_all(self.device.as_fd(), &[IoSlice::new(&head), IoSlice::new(bytes)])
+        write_all(
+            self.device.as_fd(),
+            &[IoSlice::new(&head), IoSlice::new(bytes)],
+        )
     }
 
     /// FUSE_NOTIFY_INVAL_INODE: drops `len` bytes at `offset` of `node`'s page cache (`len`

@@ -82,8 +82,12 @@ pub trait FuseFilesystem: Send + Sync + 'static {
     fn lookup(&self, ctx: &RequestContext, parent: INodeNo, name: &OsStr) -> FsResult<Entry>;
 
     /// The attributes of `node` (open as `fh`, if given).
-    fn getattr(&self, ctx: &RequestContext, node: INodeNo, fh: Option<FileHandle>)
-        -> FsResult<Attr>;
+    fn getattr(
+        &self,
+        ctx: &RequestContext,
+        node: INodeNo,
+        fh: Option<FileHandle>,
+    ) -> FsResult<Attr>;
 
     /// The target of symlink `node`.
     fn readlink(&self, ctx: &RequestContext, node: INodeNo) -> FsResult<Vec<u8>> {
@@ -290,9 +294,10 @@ impl<F: FuseFilesystem> Dispatcher<F> {
                 fs.statfs(&ctx, node)
                     .map(|s| Reply::value(unique, &abi::StatfsOut::from(&s))),
             ),
-            Operation::Getxattr { size, name } => {
-                answer(fs.getxattr(&ctx, node, name, size).map(|x| xattr(unique, x)))
-            }
+            Operation::Getxattr { size, name } => answer(
+                fs.getxattr(&ctx, node, name, size)
+                    .map(|x| xattr(unique, x)),
+            ),
             Operation::Listxattr { size } => {
                 answer(fs.listxattr(&ctx, node, size).map(|x| xattr(unique, x)))
             }

@@ -81,7 +81,10 @@ impl FuseMount {
         let root_type = std::fs::metadata(target)?.mode() & libc::S_IFMT;
         let (uid, gid) = match self.owner {
             Some(owner) => (owner.uid, owner.gid),
-            None => (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw()),
+            None => (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            ),
         };
         let mut data = format!(
             "fd={},rootmode={root_type:o},user_id={uid},group_id={gid}",

@@ -45,8 +45,13 @@ pub(crate) enum Operation<'a> {
     Readdirplus(abi::ReadIn),
     Releasedir(abi::ReleaseIn),
     Statfs,
-    Getxattr { size: u32, name: &'a OsStr },
-    Listxattr { size: u32 },
+    Getxattr {
+        size: u32,
+        name: &'a OsStr,
+    },
+    Listxattr {
+        size: u32,
+    },
     Access(u32),
     Interrupt,
     /// An answer to a notification squashd never sends (RETRIEVE): nothing to do.
@@ -97,8 +102,7 @@ impl<'a> Request<'a> {
                 if have < abi::INIT_IN_COMPAT_SIZE {
                     return Err(ParseError::Truncated);
                 }
-                zerocopy::IntoBytes::as_mut_bytes(&mut init)[..have]
-                    .copy_from_slice(&args[..have]);
+                zerocopy::IntoBytes::as_mut_bytes(&mut init)[..have].copy_from_slice(&args[..have]);
                 Operation::Init(init)
             }
             opcode::DESTROY => Operation::Destroy,

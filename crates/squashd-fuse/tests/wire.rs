@@ -124,6 +124,7 @@ fn init_grants_only_what_the_kernel_offers_and_no_opendir_follows() {
         offered & !init_flags::OVER_IO_URING,
         "asked for what it uses, among what was offered"
     );
+    assert_eq!(f.dispatcher.agreed(), granted);
     assert!(out.max_readahead <= 128 << 10);
     assert!(out.max_pages >= 256, "reads of 1 MiB at least");
     assert!(out.max_write >= 4096);

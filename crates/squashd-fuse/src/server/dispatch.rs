@@ -16,7 +16,7 @@ use crate::error::FsResult;
 use crate::listings::ListingTurn;
 use fuser::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags};
 use std::ffi::OsStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,8 +180,8 @@ pub trait FuseFilesystem: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct Dispatcher<F> {
     fs: F,
-    /// The flags agreed at INIT (low half; `flags2` is not needed after INIT).
-    agreed: AtomicU32,
+    /// The capabilities agreed at INIT (`flags2` in the high half).
+    agreed: AtomicU64,
 }
 
 /// A reply of a dispatcher over `F`.
@@ -192,13 +192,19 @@ impl<F: FuseFilesystem> Dispatcher<F> {
     pub fn new(fs: F) -> Self {
         Dispatcher {
             fs,
-            agreed: AtomicU32::new(0),
+            agreed: AtomicU64::new(0),
         }
     }
 
     /// The file system served.
     pub fn fs(&self) -> &F {
         &self.fs
+    }
+
+    /// The capabilities agreed with the kernel at INIT ([`abi::init_flags`]; 0 before INIT):
+    /// what a transport may rely on (an io_uring transport: `OVER_IO_URING`).
+    pub fn agreed(&self) -> u64 {
+        self.agreed.load(Ordering::Relaxed)
     }
 
     /// Answers one request, given as the kernel sent it: None for requests that take no
@@ -335,7 +341,7 @@ impl<F: FuseFilesystem> Dispatcher<F> {
         };
         let settings = self.fs.init(&kernel);
         let agreed = (settings.flags | init_flags::INIT_EXT) & offered;
-        self.agreed.store(agreed as u32, Ordering::Relaxed);
+        self.agreed.store(agreed, Ordering::Relaxed);
         let out = abi::InitOut {
             major: abi::KERNEL_VERSION,
             minor: abi::KERNEL_MINOR_VERSION,

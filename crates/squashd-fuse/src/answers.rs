@@ -6,7 +6,6 @@ use std::time::Duration;
 
 /// The answer to a lookup: an entry the kernel may keep for `ttl`.
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub struct Entry {
     /// The entry's attributes; `attr.ino` is its node. Node 0 is a negative entry: the name
     /// does not exist, and the kernel keeps that answer like any other.
@@ -26,7 +25,6 @@ impl Entry {
 
 /// The answer to a getattr: attributes the kernel may keep for `ttl`.
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub struct Attr {
     /// The attributes.
     pub attr: FileAttr,
@@ -36,7 +34,6 @@ pub struct Attr {
 
 /// The answer to an open or opendir: a handle, and what the kernel may keep of the file.
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub struct Opened {
     /// The handle the kernel passes back on each request about this open.
     pub fh: FileHandle,
@@ -56,7 +53,6 @@ pub enum XattrReply {
 
 /// The answer to a statfs, as `statvfs(3)` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct StatFs {
     /// Size of the file system in `frsize` units.
     pub blocks: u64,

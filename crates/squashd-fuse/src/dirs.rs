@@ -20,12 +20,12 @@ use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INode
 use squashd_core::{DirEntry, Inode};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// One entry of a readdir reply.
 #[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
 pub struct DirectoryEntry<'a> {
     /// The entry's node (its `st_ino`).
     pub node: INodeNo,
@@ -81,7 +81,7 @@ pub(crate) struct Directories {
     turns: ListingTurns,
     /// The kernel skips OPENDIR/RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT): a walk costs no round
     /// trips for directories it has listed before, and readdir comes with no handle.
-    no_opendir: bool,
+    no_opendir: AtomicBool,
 }
 
 impl Directories {
@@ -90,12 +90,13 @@ impl Directories {
             handles: HandleTable::new(),
             kept: KeptListings::default(),
             turns: ListingTurns::default(),
-            no_opendir: false,
+            no_opendir: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn set_no_opendir(&mut self, no_opendir: bool) {
-        self.no_opendir = no_opendir;
+    pub(crate) fn set_no_opendir(&self, no_opendir: bool) {
+        // Set at INIT, before the kernel sends any other request.
+        self.no_opendir.store(no_opendir, Ordering::Relaxed);
     }
 
     /// Directories open now.
@@ -104,7 +105,7 @@ impl Directories {
     }
 
     pub(crate) fn open(&self, tree: &ServedTree, node: INodeNo) -> FsResult<Opened> {
-        if self.no_opendir {
+        if self.no_opendir.load(Ordering::Relaxed) {
             // ENOSYS tells the kernel to stop sending OPENDIR and RELEASEDIR; it then treats
             // every directory as opened with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR.
             return Err(Errno::ENOSYS.into());

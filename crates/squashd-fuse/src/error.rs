@@ -26,7 +26,7 @@ impl FsError {
     /// The error for a library error. Damaged or unreadable images give EIO, as a disk
     /// would; those (and unsupported features) are logged, one line naming the image and the
     /// offset, while the others are ordinary answers to ordinary requests.
-    pub(crate) fn from_image(e: squashd_core::Error) -> FsError {
+    pub fn from_image(e: squashd_core::Error) -> FsError {
         let errno = match e.kind() {
             ErrorKind::Io | ErrorKind::Corrupt => {
                 tracing::error!("{e}");

@@ -11,7 +11,7 @@ use crate::error::FsResult;
 use crate::handles::HandleTable;
 use crate::page_store::PageStore;
 use crate::tree::ServedTree;
-use fuser::{Errno, FileHandle, FopenFlags, INodeNo, Notifier, OpenAccMode, OpenFlags};
+use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags};
 use squashd_core::prefetch::{Prefetcher, ReadState};
 use squashd_core::{Chunk, FileReader};
 use std::sync::{Arc, OnceLock};
@@ -106,7 +106,7 @@ impl OpenFiles {
     }
 
     /// Where the session's notifier goes, once the session exists (see [`PageStore`]).
-    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<crate::server::Notifier>> {
         self.page_store.notifier_slot()
     }
 

@@ -23,7 +23,7 @@ use crate::idle::Activity;
 pub use crate::listings::ListingTurn;
 use crate::probe::MountProbe;
 use crate::tree::ServedTree;
-use fuser::{AccessFlags, Errno, FileHandle, INodeNo, Notifier, OpenFlags};
+use fuser::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags};
 use squashd_core::Image;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -66,7 +66,7 @@ impl SquashFs {
     /// Tells the file system that the kernel agreed to send no OPENDIR/RELEASEDIR
     /// (FUSE_NO_OPENDIR_SUPPORT): opendir then answers ENOSYS, and readdir comes without a
     /// handle.
-    pub fn set_no_opendir(&mut self, no_opendir: bool) {
+    pub fn set_no_opendir(&self, no_opendir: bool) {
         self.dirs.set_no_opendir(no_opendir);
     }
 
@@ -84,7 +84,7 @@ impl SquashFs {
         self.activity.clone()
     }
 
-    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<crate::server::Notifier>> {
         self.files.notifier_slot()
     }
 

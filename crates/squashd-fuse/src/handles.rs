@@ -10,15 +10,24 @@ use std::sync::{Arc, RwLock};
 
 const SHARDS: usize = 32;
 
+impl<T> Default for HandleTable<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 type Shard<T> = RwLock<HashMap<u64, Arc<T>>>;
 
-pub(crate) struct HandleTable<T> {
+/// Open files (or directories) by handle: what the kernel names by `fh` on each request.
+#[derive(Debug)]
+pub struct HandleTable<T> {
     next: AtomicU64,
     shards: Box<[Shard<T>]>,
 }
 
 impl<T> HandleTable<T> {
-    pub(crate) fn new() -> Self {
+    /// An empty table; handles count from 1 (0 means "no handle" to the kernel).
+    pub fn new() -> Self {
         HandleTable {
             next: AtomicU64::new(1),
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
@@ -29,7 +38,8 @@ impl<T> HandleTable<T> {
         &self.shards[fh as usize % SHARDS]
     }
 
-    pub(crate) fn insert(&self, value: T) -> u64 {
+    /// Keeps `value` under a new handle, returned.
+    pub fn insert(&self, value: T) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh)
             .write()
@@ -38,7 +48,8 @@ impl<T> HandleTable<T> {
         fh
     }
 
-    pub(crate) fn get(&self, fh: u64) -> Option<Arc<T>> {
+    /// The value of handle `fh`, if open.
+    pub fn get(&self, fh: u64) -> Option<Arc<T>> {
         self.shard(fh)
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -46,19 +57,25 @@ impl<T> HandleTable<T> {
             .cloned()
     }
 
-    pub(crate) fn remove(&self, fh: u64) {
+    /// Forgets handle `fh`; its value, if it was open (requests still using it keep it).
+    pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
         self.shard(fh)
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh);
+            .remove(&fh)
     }
 
     /// Number of open handles.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len())
             .sum()
+    }
+
+    /// Whether no handle is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

@@ -32,8 +32,10 @@
 //!   root or /dev/fuse. It stands on the served tree (node ids to inodes and attributes), the
 //!   open files (with [`prefetch`] and the page store, whose background threads share one
 //!   pool shape) and the directories (listings, with their locks and the no-opendir cache).
-//! - `fuse`: the `fuser::Filesystem` adapter, which only turns requests into those calls and
-//!   results into replies, and answers EROFS to everything that would write.
+//! - `fuse`: the adapter, which only turns requests into those calls and results into
+//!   answers, and says what to ask of the kernel at INIT.
+//! - [`server`]: squashd's own FUSE session (the protocol, the dispatcher, the /dev/fuse
+//!   transport, mounting), which the kernel path's blob file system stands on too.
 //! - [`MountedImage`]: the session (kernel mount options, threads, the idle timeout) and
 //!   [`Unmounter`], which unmounts the very mount made ([`MountPoint`]: not whatever the mount
 //!   point's path leads to later).
@@ -55,14 +57,14 @@ mod error;
 mod files;
 pub mod fs;
 mod fuse;
-mod handles;
+pub mod handles;
 mod idle;
 mod listings;
 mod mount_point;
 mod nodes;
-mod owned_mount;
 pub mod page_store;
 mod probe;
+pub mod server;
 mod session;
 mod tree;
 mod unmount;
@@ -70,6 +72,8 @@ mod unmount;
 pub use config::{MountConfig, MountOwner};
 pub use error::{FsError, FsResult};
 pub use fs::SquashFs;
+pub use fuse::FuseAdapter;
+pub use handles::HandleTable;
 pub use mount_point::{MountPoint, NotOurMount};
 pub use probe::MountProbe;
 pub use session::{MountError, MountedImage, Serving};

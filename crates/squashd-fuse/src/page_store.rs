@@ -10,7 +10,8 @@
 //! One page store serves every FUSE server of squashd: the FUSE path's files, and the kernel
 //! path's blob file system (its metadata images).
 
-use fuser::{INodeNo, Notifier};
+use crate::server::Notifier;
+use fuser::INodeNo;
 use squashd_core::workers::Workers;
 use squashd_core::Chunk;
 use std::sync::{Arc, OnceLock};
@@ -41,8 +42,8 @@ struct Job {
 ///
 /// The thread starts on first use (a background mount forks after the file system is built,
 /// and a thread started before the fork would not exist in the daemon). Dropping the store
-/// stops the thread and waits for it: the session's /dev/fuse descriptor is closed once the
-/// session is over, and no store may be sent through that number afterwards.
+/// stops the thread and waits for it; the session's /dev/fuse descriptor, which the notifier
+/// shares, closes after that.
 pub struct PageStore {
     worker: Workers<Job>,
     notifier: Arc<OnceLock<Notifier>>,
@@ -109,5 +110,5 @@ fn store(notifier: &Notifier, ino: INodeNo, offset: u64, bytes: &[u8]) {
     }
     // Best effort: the kernel may have dropped the inode meanwhile, and a failed store costs
     // only the requests it would have saved.
-    let _ = notifier.store(ino, offset, bytes);
+    let _ = notifier.store(ino.0, offset, bytes);
 }

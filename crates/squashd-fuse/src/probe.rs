@@ -62,7 +62,8 @@ impl MountProbe {
             .clone()
     }
 
-    pub(crate) fn failed(&self, error: &dyn std::fmt::Display) {
+    /// Counts a request that failed with EIO, and keeps what its error said.
+    pub fn failed(&self, error: &dyn std::fmt::Display) {
         self.counters
             .failed_requests
             .fetch_add(1, Ordering::Relaxed);

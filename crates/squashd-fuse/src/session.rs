@@ -7,8 +7,8 @@ use crate::fuse::FuseAdapter;
 use crate::idle::{self, Activity};
 use crate::mount_point::MountPoint;
 use crate::probe::MountProbe;
+use crate::server::{FuseMount, Running, Session};
 use crate::unmount::Unmounter;
-use fuser::{Config, MountOption, SessionACL};
 use squashd_core::Image;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,8 @@ pub enum MountError {
 /// Mounting starts no thread, so a daemon may fork between [`MountedImage::mount`] and
 /// [`MountedImage::run`]; requests wait in the kernel until then.
 pub struct MountedImage {
-    session: fuser::Session<FuseAdapter>,
+    session: Session<FuseAdapter>,
+    threads: usize,
     mountpoint: PathBuf,
     /// The mount made, to unmount it and nothing else.
     mount: Arc<MountPoint>,
@@ -80,67 +81,43 @@ impl MountedImage {
         let notifier_slot = fs.notifier_slot();
         let mountpoint = mountpoint.to_path_buf();
         let mut options = vec![
-            MountOption::RO,
-            MountOption::FSName(config.fsname.clone()),
-            // A kernel option (fuser's Subtype goes to fusermount only): /proc/mounts then
-            // shows the type "fuse.squashd", as `mount -t fuse.squashd` names it.
-            MountOption::CUSTOM("subtype=squashd".into()),
+            "ro".to_string(),
             // Permissions are checked by the kernel from the mode bits, as for its squashfs.
-            MountOption::DefaultPermissions,
+            "default_permissions".to_string(),
         ];
-        for flag in &config.flags {
-            options.push(match flag.as_str() {
-                "dev" => MountOption::Dev,
-                "nodev" => MountOption::NoDev,
-                "suid" => MountOption::Suid,
-                "nosuid" => MountOption::NoSuid,
-                "exec" => MountOption::Exec,
-                "noexec" => MountOption::NoExec,
-                "atime" => MountOption::Atime,
-                "noatime" => MountOption::NoAtime,
-                other => MountOption::CUSTOM(other.to_string()),
-            });
-        }
-        let mut fuse_config = Config::default();
-        fuse_config.mount_options = options;
-        fuse_config.acl = if config.allow_other {
-            SessionACL::All
-        } else if config.allow_root {
-            SessionACL::RootAndOwner
-        } else {
-            SessionACL::Owner
+        options.extend(config.flags.iter().cloned());
+        let mount = FuseMount {
+            fsname: config.fsname.clone(),
+            // /proc/mounts then shows the type "fuse.squashd", as `mount -t fuse.squashd`
+            // names it.
+            subtype: "squashd".into(),
+            options,
+            // allow_root has no kernel form: the adapter keeps the users other than the owner
+            // and root out.
+            allow_other: config.allow_other || config.allow_root,
+            owner: config.owner,
         };
-        fuse_config.n_threads = Some(config.threads.max(1));
-        // One /dev/fuse descriptor per thread: requests still come from one queue per mount,
-        // but each descriptor has its own list of requests being processed, so replies from
-        // different threads do not contend on one lock.
-        fuse_config.clone_fd = true;
-        let session = match config.owner {
-            None => fuser::Session::new(FuseAdapter::new(fs, None), target, &fuse_config),
-            Some(owner) => {
-                // allow_root has no kernel form (see owned_mount.rs): the adapter keeps the
-                // users other than the owner and root out.
-                let admitted = (config.allow_root && !config.allow_other).then_some(owner.uid);
-                crate::owned_mount::session_for(
-                    FuseAdapter::new(fs, admitted),
-                    target,
-                    owner,
-                    &fuse_config.mount_options,
-                    config.allow_other || config.allow_root,
-                    &fuse_config,
-                )
-            }
-        }
-        .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
-        // At once, before anyone could unmount it: every later unmount is of this mount.
-        let mount = MountPoint::record(target, &mountpoint)
+        let device = mount
+            .mount(target)
             .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
+        // At once, before anyone could unmount it: every later unmount is of this mount.
+        let recorded = MountPoint::record(target, &mountpoint)
+            .map_err(|e| MountError::Mount(mountpoint.clone(), e))?;
+        let owner_uid = config
+            .owner
+            .map_or_else(|| rustix::process::geteuid().as_raw(), |o| o.uid);
+        let admitted = (config.allow_root && !config.allow_other).then_some(owner_uid);
+        // Should the handshake fail, dropping the session ends the connection: what is left
+        // on the target answers ENOTCONN and is cleared as a dead squashd mount by the next
+        // attach there.
+        let session = Session::new(FuseAdapter::new(fs, admitted), device);
         let _ = notifier_slot.set(session.notifier());
         Ok(MountedImage {
             probe,
             session,
+            threads: config.threads.max(1),
             mountpoint,
-            mount: Arc::new(mount),
+            mount: Arc::new(recorded),
             activity,
             idle_timeout: config.idle_timeout,
         })
@@ -169,43 +146,26 @@ impl MountedImage {
         self.start()?.wait()
     }
 
-    /// Starts serving requests on fuser's session threads and returns at once: the caller
-    /// needs no thread of its own to wait on the mount (a daemon serving dozens of images
-    /// saves one per image). [`Serving::wait`] (or [`Serving::wait_in_background`]) must be
-    /// called to release the session's /dev/fuse descriptor once the mount is gone.
+    /// Starts serving requests on the session's request threads and returns at once: the
+    /// caller needs no thread of its own to wait on the mount (a daemon serving dozens of
+    /// images saves one per image). [`Serving::wait`] (or [`Serving::wait_in_background`])
+    /// joins the threads once the mount is gone.
     pub fn start(self) -> io::Result<Serving> {
         let done = Arc::new(AtomicBool::new(false));
         if let (Some(activity), Some(timeout)) = (self.activity.clone(), self.idle_timeout) {
             idle::start_timer(activity, timeout, self.unmounter(), done.clone())?;
         }
-        // fuser unmounts the mount point when its session ends, after checking that the mount
-        // is still there; fuser 0.18's check is inverted (it reads the POLLERR of a dead
-        // connection as "mounted"), so a session ending after `umount` would unmount whatever
-        // was mounted on the same path since (the next mount of a mount/umount loop). The
-        // spawned session holds the mount in its handle, which is never dropped: our own
-        // unmount paths (umount(8), signals, the idle timer) do the unmounting. This leaks the
-        // handle's /dev/fuse descriptor, which `wait` closes once the session is over.
-        let device = {
-            use std::os::fd::{AsFd, AsRawFd};
-            self.session.as_fd().as_raw_fd()
-        };
-        let background = std::mem::ManuallyDrop::new(self.session.spawn()?);
-        // SAFETY: moves the join handle out of a value that is never dropped nor used again,
-        // so the handle has exactly one owner.
-        let thread = unsafe { std::ptr::read(&background.guard) };
-        Ok(Serving {
-            thread,
-            device,
-            done,
-        })
+        // Nothing here unmounts when the session ends: our own unmount paths (umount(8),
+        // signals, the idle timer, a detach) do, each of the very mount made.
+        let running = self.session.start(self.threads, "squashd-fuse")?;
+        Ok(Serving { running, done })
     }
 }
 
-/// A mount being served by fuser's session threads (see [`MountedImage::start`]).
+/// A mount being served by its session's request threads (see [`MountedImage::start`]).
 #[derive(Debug)]
 pub struct Serving {
-    thread: std::thread::JoinHandle<io::Result<()>>,
-    device: std::os::fd::RawFd,
+    running: Running,
     done: Arc<AtomicBool>,
 }
 
@@ -213,26 +173,14 @@ impl Serving {
     /// Whether the session is over (the file system was unmounted, by squashd or anyone
     /// else, and its last user has gone): [`Serving::wait`] then returns at once.
     pub fn is_over(&self) -> bool {
-        self.thread.is_finished()
+        self.running.is_over()
     }
 
-    /// Waits until the file system is unmounted and its session threads have ended, then
-    /// releases its /dev/fuse descriptor.
+    /// Waits until the file system is unmounted and its request threads have ended. The
+    /// connection's /dev/fuse descriptors close with the last thread (and the page store's
+    /// notifier, which the file system drops with it).
     pub fn wait(self) -> io::Result<()> {
-        let result = self
-            .thread
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
-        if result.is_ok() {
-            // A daemon attaching and detaching images would otherwise leak one descriptor per
-            // mount.
-            // SAFETY: the session ended without error, so fuser joined every request
-            // thread and dropped the session's own channel: the only owners of `device` left are
-            // the never-dropped, never-used handle of `start` (its notifier sender and its mount
-            // record). Nothing can use or close the descriptor after this close. (On an error,
-            // a panicked request thread may have left others running: keep the leak.)
-            unsafe { libc::close(self.device) };
-        }
+        let result = self.running.wait();
         self.done.store(true, Ordering::Relaxed);
         result
     }

@@ -327,7 +327,7 @@ fn metadata_accesses(image: &Image) -> u64 {
 fn without_opendir_a_listing_is_kept_between_buffers_and_forgotten_at_its_end() {
     let Some(fx) = Fixture::new(3000) else { return };
     let image = fx.image();
-    let mut fs = SquashFs::new(image.clone(), &MountConfig::default()).unwrap();
+    let fs = SquashFs::new(image.clone(), &MountConfig::default()).unwrap();
     fs.set_no_opendir(true);
     let big = node_of(&fs, "big");
     // The kernel agreed to send no opendir: one that comes anyway gets ENOSYS.

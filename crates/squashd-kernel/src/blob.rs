@@ -120,8 +120,8 @@ pub struct Blob {
     reads: AtomicU64,
     /// Of them, reads a fill caused (EROFS reading the rest of a block ahead).
     fill_reads: AtomicU64,
-    failed_reads: AtomicU64,
-    last_error: std::sync::Mutex<Option<String>>,
+    /// Failed reads and the last one's error, counted as a FUSE mount counts them.
+    probe: squashd_fuse::MountProbe,
     block_fill: BlockFill,
 }
 
@@ -138,8 +138,7 @@ impl Blob {
             readers: quick_cache::sync::Cache::new(OPEN_READERS),
             reads: AtomicU64::new(0),
             fill_reads: AtomicU64::new(0),
-            failed_reads: AtomicU64::new(0),
-            last_error: std::sync::Mutex::new(None),
+            probe: squashd_fuse::MountProbe::default(),
             block_fill: BlockFill::new(),
         }
     }
@@ -156,15 +155,12 @@ impl Blob {
 
     /// What the last failed read's error said.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.probe.last_error()
     }
 
     /// Reads that failed (the image is corrupt or unreadable there).
     pub fn failed_reads(&self) -> u64 {
-        self.failed_reads.load(Ordering::Relaxed)
+        self.probe.failed_requests()
     }
 
     /// The image it reads.
@@ -184,8 +180,7 @@ impl Blob {
         let mut parts = Vec::new();
         let result = self.fill(pos, buf, &mut parts);
         if let Err(e) = &result {
-            self.failed_reads.fetch_add(1, Ordering::Relaxed);
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            self.probe.failed(e);
         }
         result.map(|len| BlobRead { len, parts })
     }

@@ -3,6 +3,7 @@
 
 use crate::blobfs::{BlobFiles, BlobFs};
 use nix::mount::{MntFlags, MsFlags};
+use squashd_fuse::server::{FuseMount, Running, Session};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,9 @@ use std::path::{Path, PathBuf};
 pub struct BlobMount {
     files: BlobFiles,
     dir: PathBuf,
-    session: Option<fuser::BackgroundSession>,
+    /// The request threads; never joined: they serve until the kernel lets go of every file,
+    /// which for a daemon going away is its exit.
+    _running: Running,
 }
 
 impl std::fmt::Debug for BlobMount {
@@ -26,30 +29,27 @@ impl BlobMount {
     /// served by `threads` request threads.
     pub fn mount(dir: &Path, threads: usize) -> io::Result<BlobMount> {
         let files = BlobFiles::new();
-        let mut config = fuser::Config::default();
-        config.mount_options = vec![
-            fuser::MountOption::RO,
-            fuser::MountOption::FSName("squashd-blobs".into()),
-            fuser::MountOption::CUSTOM("subtype=squashd-blobs".into()),
-            fuser::MountOption::DefaultPermissions,
-            fuser::MountOption::NoDev,
-            fuser::MountOption::NoSuid,
-            fuser::MountOption::NoExec,
-        ];
-        // The kernel reads a blob in the context of whoever reads the EROFS file; the files
-        // are root's, mode 0400, so opening them stays root's alone.
-        config.acl = fuser::SessionACL::All;
-        config.n_threads = Some(threads.max(1));
-        config.clone_fd = true;
+        let mount = FuseMount {
+            fsname: "squashd-blobs".into(),
+            subtype: "squashd-blobs".into(),
+            options: ["ro", "default_permissions", "nodev", "nosuid", "noexec"]
+                .map(String::from)
+                .to_vec(),
+            // The kernel reads a blob in the context of whoever reads the EROFS file; the files
+            // are root's, mode 0400, so opening them stays root's alone.
+            allow_other: true,
+            owner: None,
+        };
+        let device = mount.mount(dir)?;
         let fs = BlobFs::new(files.clone(), threads.max(1));
         let notifier_slot = fs.notifier_slot();
-        let session = fuser::Session::new(fs, dir, &config)?;
+        let session = Session::new(fs, device);
         let _ = notifier_slot.set(session.notifier());
-        let session = session.spawn()?;
+        let running = session.start(threads.max(1), "squashd-blobs")?;
         Ok(BlobMount {
             files,
             dir: dir.to_path_buf(),
-            session: Some(session),
+            _running: running,
         })
     }
 
@@ -73,9 +73,6 @@ impl Drop for BlobMount {
     fn drop(&mut self) {
         // Lazily: EROFS mounts still holding files open keep the connection until they go.
         let _ = nix::mount::umount2(&self.dir, MntFlags::MNT_DETACH);
-        if let Some(session) = self.session.take() {
-            drop(session);
-        }
     }
 }
 

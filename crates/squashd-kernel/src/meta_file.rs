@@ -52,11 +52,22 @@ impl MetaFile {
     }
 
     /// The bytes from `offset`, at most `size` of them; counts the read.
+    #[cfg(test)]
     pub(crate) fn read(&self, offset: u64, size: u32) -> &[u8] {
+        &self.bytes[self.read_range(offset, size)]
+    }
+
+    /// Where the bytes from `offset` are, at most `size` of them; counts the read.
+    pub(crate) fn read_range(&self, offset: u64, size: u32) -> std::ops::Range<usize> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let start = offset.min(self.bytes.len() as u64) as usize;
         let end = start.saturating_add(size as usize).min(self.bytes.len());
-        &self.bytes[start..end]
+        start..end
+    }
+
+    /// All its bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// The window around `offset`, to store into the page cache, unless its store is already
@@ -79,7 +90,8 @@ impl MetaFile {
 }
 
 /// One window of a metadata image on its way to the page cache.
-pub(crate) struct MetaWindow {
+#[derive(Debug)]
+pub struct MetaWindow {
     file: Arc<MetaFile>,
     index: usize,
     start: usize,
@@ -88,7 +100,7 @@ pub(crate) struct MetaWindow {
 
 impl MetaWindow {
     /// Where it starts in the file.
-    pub(crate) fn offset(&self) -> u64 {
+    pub fn offset(&self) -> u64 {
         self.start as u64
     }
 }

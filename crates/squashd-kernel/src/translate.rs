@@ -12,7 +12,7 @@
 //! the translation, as does anything EROFS cannot hold; nothing is mounted then.
 
 use crate::blob::{BlobLayout, BLOB_BLOCK};
-use crate::server::KernelMountOptions;
+use crate::kernel_mount::KernelMountOptions;
 use squashd_core::{FileKind, Image, Inode};
 use squashd_erofs::{
     Chunk, CompactMtime, FileData, Kind, Metadata, NodeId, Rdev, Timestamp, Tree, WriteOptions,

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 /// Logs to stderr at the levels `SQUASHD_LOG` gives (`debug`, or per target as in
-/// `warn,fuser=debug`), warnings otherwise. A second call changes nothing.
+/// `warn,squashd_fuse=debug`), warnings otherwise. A second call changes nothing.
 pub(crate) fn init_logging() {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;

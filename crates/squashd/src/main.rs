@@ -85,11 +85,12 @@ enum Command {
     GenerateAssets(assets::Args),
 }
 
-/// Keeps large allocations out of the heap. fuser gives every request thread a zeroed 16 MiB
-/// buffer of which a request touches a few pages; once glibc has freed one large block its
-/// dynamic mmap threshold rises, later buffers come from the heap and calloc touches all of
-/// them: 69 served images then cost 1.4 GB of RSS instead of 11 MB. A fixed threshold keeps
-/// them in fresh, untouched mappings.
+/// Keeps large allocations out of the heap. Large zeroed buffers of which a request touches a
+/// few pages (fuser's 16 MiB request buffers once; the blob file system's read buffers now)
+/// must stay in fresh, untouched mappings: once glibc has freed one large block its dynamic
+/// mmap threshold rises, later buffers come from the heap and calloc touches all of them (69
+/// served images cost 1.4 GB of RSS instead of 11 MB that way). A fixed threshold keeps them
+/// out of the heap.
 fn fix_mmap_threshold() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes allocator tuning; called before any other thread exists.

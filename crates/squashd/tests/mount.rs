@@ -412,7 +412,7 @@ fn logs_at_squashd_log_and_outlives_a_closed_stderr() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // fuser's own `log` records reach the log: the first is its "Mounting" line.
+    // The FUSE session's own records reach the log: the first is its "Mounting" line.
     let mut stderr = child.stderr.take().unwrap();
     let mut first = Vec::new();
     let mut byte = [0u8; 1];

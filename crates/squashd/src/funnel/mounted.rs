@@ -24,7 +24,7 @@ impl Mounted {
     pub(crate) fn start_fuse(mounted: MountedImage) -> io::Result<(Mounted, Probe)> {
         let unmounter = mounted.unmounter();
         let probe = Probe::Fuse(mounted.probe());
-        // fuser's session threads serve the mount; no thread of ours waits on each image.
+        // The session's request threads serve the mount; no thread of ours waits on each image.
         let serving = mounted.start()?;
         Ok((Mounted::Fuse { unmounter, serving }, probe))
     }

@@ -1,5 +1,6 @@
-//! The kernel path as mount and serve use it: one blob file system per process, and any number
-//! of images mounted through the kernel's EROFS on it.
+//! Images mounted through the kernel's EROFS, as mount and serve use them: [`Prepared`] (an
+//! image translated, ready to mount), [`KernelMount`] (one image mounted), and [`KernelPath`]
+//! (this process's blob file system, which every such mount reads its files from).
 
 use crate::blob::{Blob, ReadAhead};
 use crate::blobfs::BlobFsContent;

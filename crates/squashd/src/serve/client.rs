@@ -220,6 +220,14 @@ fn print_table(s: &Status) {
             quote::path(&i.image),
             if i.private_cache { " (own cache)" } else { "" },
         );
+        let ra = &i.read_ahead;
+        if ra.loads + ra.busy_skips > 0 {
+            println!(
+                "{:<width$} read-ahead: {} blocks decompressed ahead ({} used, {} wasted, {} pending) \
+                 for {} streams; {} reads held back (CPUs busy)",
+                "", ra.loads, ra.used, ra.wasted, ra.pending, ra.streams, ra.busy_skips
+            );
+        }
         if let Some(r) = &i.remote {
             println!(
                 "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \

@@ -230,7 +230,7 @@ fn print_table(s: &Status) {
         }
         if let Some(r) = &i.remote {
             println!(
-                "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \
+                "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units prefetched, \
                  {} disk-cache hits, readers waited {:.2} s; {}",
                 "",
                 mib(r.bytes_fetched),

@@ -2,7 +2,7 @@
 //! counters: a stream still gets blocks decompressed ahead and reads every one of them; files
 //! read whole in a request or two, and random readers, get none; nothing is read ahead past
 //! the end of a file; blocks evicted before the reader comes are counted wasted and shrink the
-//! window; busy CPUs hold read-ahead back.
+//! window; busy CPUs cut read-ahead to a block per thread.
 //!
 //! Readers go through the two entries the mount paths use: `ReadAheadPool::on_read` then
 //! `FileReader::chunk` (the FUSE path, `squashd-fuse`'s files.rs) and `FileReader::read_into`
@@ -261,7 +261,7 @@ fn a_reader_that_stops_wastes_at_most_what_it_read_and_eviction_shrinks_the_wind
 }
 
 #[test]
-fn busy_cpus_hold_read_ahead_back() {
+fn busy_cpus_cut_read_ahead_to_a_block_per_thread() {
     let dir = tempfile::tempdir().unwrap();
     let data = bytes(48 * BLOCK, 7);
     let Some(image) = image(dir.path(), &[("f", &data)], 128 << 20) else {
@@ -292,5 +292,8 @@ fn busy_cpus_hold_read_ahead_back() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     let ra = image.stats().read_ahead;
-    assert!(ra.busy_skips > 0, "{ra:?}");
+    assert!(ra.busy_cuts > 0, "{ra:?}");
+    // Never more than two blocks (one per thread) beyond the reader while it was cut, and the
+    // stream still got some: the reader paused 10 ms a block, the threads had time.
+    assert!(ra.loads > 0, "{ra:?}");
 }

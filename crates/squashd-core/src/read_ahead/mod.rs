@@ -23,8 +23,14 @@
 //!   (a seek, or the file closed) before reaching it. Each [`Balance`] epoch of settled blocks
 //!   with more than a quarter wasted halves the pool's window (down to one block); an epoch with
 //!   less than an eighth wasted doubles it back.
-//! - **Backing off when the CPUs are busy.** No read-ahead is queued while the run queue says
-//!   every core has another task waiting ([`CpuGauge`]), nor beyond a full queue.
+//! - **Backing off when the CPUs are busy.** While the run queue says every core has other
+//!   tasks waiting ([`CpuGauge`]), a stream is read ahead by one block per read-ahead thread at
+//!   most (two at least): the threads still decompress beside the reader, which a stream that
+//!   has shown itself uses, but no deeper than that, so that a reader that stops leaves little
+//!   unread. (Stopping read-ahead altogether there was tried: on this 2-core machine shared
+//!   with other builds, the run queue was that long most of the time, and sequential reads on
+//!   the kernel path fell to a third; bench/results/2026-11-26-readahead.md.) Nothing is queued
+//!   beyond a full queue either.
 //!
 //! Workers call [`FileReader::chunk`], which leaves the block in the image's data cache, where
 //! the reader finds it (or waits for the single load in flight). Memory stays bounded: the queue
@@ -201,19 +207,21 @@ impl ReadAheadPool {
             return true;
         }
         // As far ahead as the stream has come, within what the balance allows, not past the
-        // end of the file.
-        let ahead = (streamed / bs).min(self.window_now()).max(1);
+        // end of the file; on busy CPUs, one block per thread (see the module doc).
+        let mut ahead = (streamed / bs).min(self.window_now()).max(1);
+        let counters = reader.read_ahead_counters();
+        let busy_cap = (self.threads as u64).max(2);
+        if ahead > busy_cap
+            && self
+                .gauge
+                .busy(self.balance.running.load(Ordering::Relaxed))
+        {
+            ahead = busy_cap;
+            counters.busy_cut();
+        }
         let stop = last.saturating_add(1 + ahead).min(reader.chunk_count());
         let from = s.queued_until.max(last + 1);
         if from >= stop {
-            return true;
-        }
-        let counters = reader.read_ahead_counters();
-        if self
-            .gauge
-            .busy(self.balance.running.load(Ordering::Relaxed))
-        {
-            counters.busy_skip();
             return true;
         }
         if s.queued_until == 0 {

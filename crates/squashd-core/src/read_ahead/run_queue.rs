@@ -1,6 +1,6 @@
-//! Whether the CPUs are busy, for read-ahead to hold back: a block decompressed ahead on a
-//! machine whose cores all have tasks waiting takes a core from them, and wins nothing when
-//! the reader would have decompressed it on a core of its own just as soon.
+//! Whether the CPUs are busy, for read-ahead to go no deeper than its threads: a block
+//! decompressed ahead on a machine whose cores all have tasks waiting takes a core from them,
+//! and is wasted outright if the reader stops before it.
 //!
 //! The measure is the run queue: the number of runnable tasks, the `R` of `/proc/loadavg`'s
 //! fourth field `R/T` (the kernel's `nr_running()`, summed over CPUs when the file is read).
@@ -28,7 +28,7 @@ pub enum CpuGauge {
     /// read-ahead's own running threads are at least twice the cores this process may use.
     #[default]
     RunQueue,
-    /// Never busy: read-ahead is held back by its waste only. For measurements and tests whose
+    /// Never busy: read-ahead is bounded by its waste only. For measurements and tests whose
     /// figures must not depend on what else the machine runs.
     Off,
 }

@@ -11,7 +11,7 @@ pub(crate) struct ReadAheadCounters {
     used: AtomicU64,
     wasted: AtomicU64,
     streams: AtomicU64,
-    busy_skips: AtomicU64,
+    busy_cuts: AtomicU64,
 }
 
 impl ReadAheadCounters {
@@ -28,8 +28,8 @@ impl ReadAheadCounters {
         self.streams.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn busy_skip(&self) {
-        self.busy_skips.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn busy_cut(&self) {
+        self.busy_cuts.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> ReadAheadStats {
@@ -39,7 +39,7 @@ impl ReadAheadCounters {
             used: get(&self.used),
             wasted: get(&self.wasted),
             streams: get(&self.streams),
-            busy_skips: get(&self.busy_skips),
+            busy_cuts: get(&self.busy_cuts),
         }
     }
 }
@@ -60,8 +60,9 @@ pub struct ReadAheadStats {
     /// Streams that were read ahead of: readers that went on in order past what the kernel's
     /// own read-ahead asks for.
     pub streams: u64,
-    /// Reads of a stream that got no read-ahead because the CPUs were busy.
-    pub busy_skips: u64,
+    /// Reads of a stream whose read-ahead was cut to one block per read-ahead thread because
+    /// the CPUs were busy.
+    pub busy_cuts: u64,
 }
 
 impl ReadAheadStats {

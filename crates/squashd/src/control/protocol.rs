@@ -179,8 +179,9 @@ pub struct ReadAheadStatus {
     pub pending: u64,
     /// Streams read ahead of.
     pub streams: u64,
-    /// Reads of a stream that got no read-ahead because the CPUs were busy.
-    pub busy_skips: u64,
+    /// Reads of a stream whose read-ahead was cut to one block per read-ahead thread because
+    /// the CPUs were busy.
+    pub busy_cuts: u64,
 }
 
 /// What fetching a remote image has cost.

@@ -291,7 +291,7 @@ fn read_ahead(s: &ReadAheadStats) -> ReadAheadStatus {
         wasted: s.wasted,
         pending: s.pending(),
         streams: s.streams,
-        busy_skips: s.busy_skips,
+        busy_cuts: s.busy_cuts,
     }
 }
 

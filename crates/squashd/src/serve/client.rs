@@ -221,11 +221,11 @@ fn print_table(s: &Status) {
             if i.private_cache { " (own cache)" } else { "" },
         );
         let ra = &i.read_ahead;
-        if ra.loads + ra.busy_skips > 0 {
+        if ra.loads + ra.busy_cuts > 0 {
             println!(
                 "{:<width$} read-ahead: {} blocks decompressed ahead ({} used, {} wasted, {} pending) \
-                 for {} streams; {} reads held back (CPUs busy)",
-                "", ra.loads, ra.used, ra.wasted, ra.pending, ra.streams, ra.busy_skips
+                 for {} streams; {} reads cut short (CPUs busy)",
+                "", ra.loads, ra.used, ra.wasted, ra.pending, ra.streams, ra.busy_cuts
             );
         }
         if let Some(r) = &i.remote {

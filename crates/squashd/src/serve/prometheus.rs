@@ -138,9 +138,9 @@ pub(super) fn render(status: &Status) -> String {
             "Blocks decompressed ahead that no reader read (evicted first, or left behind).",
         ),
         Family::new(
-            "squashd_image_read_ahead_busy_skips_total",
+            "squashd_image_read_ahead_busy_cuts_total",
             "counter",
-            "Reads of a stream that got no read-ahead because the CPUs were busy.",
+            "Reads of a stream whose read-ahead was cut short because the CPUs were busy.",
         ),
     ];
     let mut cache = [
@@ -232,7 +232,7 @@ pub(super) fn render(status: &Status) -> String {
         for (family, value) in
             read_ahead
                 .iter_mut()
-                .zip([ra.loads, ra.used, ra.wasted, ra.busy_skips])
+                .zip([ra.loads, ra.used, ra.wasted, ra.busy_cuts])
         {
             family.add(labels(), value as f64);
         }

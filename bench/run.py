@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import e5_remote, e5_report, e5_servers, experiments, images, report  # noqa: E402
+from benchlib import e5_remote, e5_report, e5_servers, e6_start, experiments, images, report  # noqa: E402
 from benchlib.common import REPO_DIR, WORK_DIR, first_line, is_root, log, meminfo, run  # noqa: E402
 from benchlib.mounts import Erofs, Kernel, Squashd, SquashdKernel, Squashfuse, cleanup, leftovers  # noqa: E402
 
@@ -38,7 +38,8 @@ def parse_args():
                    help="also run squashd's kernel path from another build (or with variables set in its "
                         "environment) in E1 and E2, as squashd_kernel_NAME; may be repeated")
     p.add_argument("--only", default="E1,E2,E3,E4",
-                   help="comma-separated experiments to run (E5, remote images, runs only when named here)")
+                   help="comma-separated experiments to run (E5, remote images, and E6, application start, "
+                        "run only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
     return p.parse_args()
 
@@ -111,6 +112,10 @@ def main():
         binary, *env = rest.split("@")
         variants.append(SquashdKernel(os.path.abspath(binary), variant=name,
                                       env=dict(e.split("=", 1) for e in env)))
+    # In E2 and E6 every --kernel-variant also runs on the FUSE path, as squashd_NAME (a
+    # before/after pair of read paths in one run).
+    fuse_variants = [Squashd(v.binary, name=f"squashd_{v.name.removeprefix('squashd_kernel_')}",
+                             label=f"squashd, {v.name.removeprefix('squashd_kernel_')}") for v in variants]
     systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd), SquashdKernel(squashd), *variants, erofs]
     by_name = {s.name: s for s in systems}
     for s in systems:
@@ -155,9 +160,10 @@ def main():
         budget = f"{((data['file_bytes'] if data else 0) * 5 // 4) >> 20}MiB"
         big = Squashd(squashd, options=f"data_cache={budget}", name="squashd_big",
                       label=f"squashd, data_cache={budget}")
-        results["systems"].append({"name": big.name, "label": big.label, "version": big.version,
-                                   "skip_reason": big.skip_reason})
-        results["E2"] = (experiments.e2_reads(systems + [big], data, args.runs, 3 if args.quick else 10) if "E2" in only
+        for extra in [*fuse_variants, big]:
+            results["systems"].append({"name": extra.name, "label": extra.label, "version": extra.version,
+                                       "skip_reason": extra.skip_reason})
+        results["E2"] = (experiments.e2_reads(systems + fuse_variants + [big], data, args.runs, 3 if args.quick else 10) if "E2" in only
                          else dict(empty, file_bytes=data["file_bytes"] if data else 0, random_runtime=0))
         results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs" and x not in variants],
                                              services, args.runs)
@@ -167,6 +173,9 @@ def main():
                          else {"ls": {}, "extract": {}, "walk": {}, "split": [], "skipped": {"all": "not run"}})
         if "E5" in only:
             results["E5"] = e5_remote.e5_remote(squashd, args.squashfuse, usr, data, args.runs)
+        if "E6" in only:
+            e6_systems = [x for x in systems if x.name != "erofs" and x not in variants] + fuse_variants + variants
+            results["E6"] = e6_start.e6_start(e6_systems, [1, 16], args.runs, experiments._mnt)
     finally:
         e5_servers.stop_all()
         cleanup()
@@ -195,6 +204,8 @@ def main():
     md = report.markdown(results)
     if "E5" in results:
         md += "\n" + e5_report.markdown(results["E5"])
+    if "E6" in results:
+        md += "\n" + e6_start.markdown(results["E6"])
     if only & {"E1", "E2", "E3", "E4"}:
         try:
             report.plots(results, args.out, stem + "-")

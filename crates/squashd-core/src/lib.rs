@@ -3,10 +3,10 @@
 //! Layers, bottom up: [`source`] (positioned reads, no seek lock), [`format`](mod@format) (pure
 //! parsing of on-disk structures), [`compress`] (the six codecs, contexts pooled across threads),
 //! [`cache`] (byte-budgeted single-flight caches with counters), and [`Image`], the API the
-//! tools, the FUSE adapter and the daemon use. Beside them, [`prefetch`] decompresses ahead of
-//! sequential readers on a pool of [`workers`], for whatever serves reads (the FUSE mount, the
-//! kernel path's blob), and [`read_policy`] decides, for a reader whose page cache keeps what
-//! it reads, which blocks go through the data cache.
+//! tools, the FUSE adapter and the daemon use. Beside them, [`read_ahead`] decompresses ahead of
+//! streaming readers on a pool of [`workers`] where that pays, for whatever serves reads (the
+//! FUSE mount, the kernel path's blob), and [`read_policy`] decides, for a reader whose page
+//! cache keeps what it reads, which blocks go through the data cache.
 //!
 //! ```no_run
 //! use squashd_core::{Image, OpenOptions};
@@ -30,7 +30,7 @@ pub mod container;
 mod error;
 pub mod format;
 mod image;
-pub mod prefetch;
+pub mod read_ahead;
 pub mod read_policy;
 pub mod source;
 pub mod verity;
@@ -52,3 +52,4 @@ pub use image::{
     CacheBudgets, Caches, Chunk, ChunkRead, DirEntry, FileReader, Image, ImageStats, Inode,
     InodeId, OpenOptions, Xattr,
 };
+pub use read_ahead::ReadAheadStats;

@@ -13,19 +13,20 @@
 //!   for: it may be loading into the cache right now, and the cache waits for that load where
 //!   the per-thread buffer would decompress the block a second time.
 //! - A read that continues the previous one is a stream: the blocks after it are queued for
-//!   read-ahead ([`Prefetcher::on_read`]) before this one decompresses, so both run at once.
+//!   read-ahead ([`ReadAheadPool::on_read`], which decides whether the stream has earned it)
+//!   before this one decompresses, so both run at once.
 
-use crate::prefetch::{Prefetcher, ReadState};
+use crate::read_ahead::{ReadAheadPool, ReadState};
 use crate::{Chunk, ChunkRead, FileReader, Result};
 
 /// Who a read is for.
 #[derive(Debug, Clone, Copy)]
 pub enum ReadFor<'a> {
     /// A reader of the file, whose reads are followed in `state`: a read continuing the
-    /// previous one gets the blocks after it decompressed ahead by `prefetch`.
+    /// previous one gets the blocks after it decompressed ahead by `read_ahead`.
     Reader {
         /// The file's read-ahead pool.
-        prefetch: &'a Prefetcher,
+        read_ahead: &'a ReadAheadPool,
         /// Where the file's reading stands.
         state: &'a ReadState,
     },
@@ -63,11 +64,11 @@ impl FileReader {
         let (out, past_end) = out.split_at_mut(len);
         past_end.fill(0);
         let (queued_until, streaming) = match read_for {
-            ReadFor::Reader { prefetch, state } => {
+            ReadFor::Reader { read_ahead, state } => {
                 // What earlier reads queued, asked before this read is noted (which may queue
                 // more): those blocks may be loading into the cache now.
                 let queued_until = state.queued_until();
-                let streaming = prefetch.on_read(state, self, offset, out.len() as u64);
+                let streaming = read_ahead.on_read(state, self, offset, out.len() as u64);
                 (queued_until, streaming)
             }
             ReadFor::Fill => (u64::MAX, false),

@@ -74,7 +74,7 @@ impl Source for FileSource {
     }
 
     fn will_need(&self, pos: u64, len: u64) {
-        // A failure only means no read-ahead. (A zero length would mean "to the end of the
+        // A failure only means no prefetch. (A zero length would mean "to the end of the
         // file": nothing is asked for instead.)
         if let Some(len) = std::num::NonZeroU64::new(len) {
             let _ = rustix::fs::fadvise(&self.file, pos, Some(len), rustix::fs::Advice::WillNeed);

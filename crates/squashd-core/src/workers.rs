@@ -1,5 +1,5 @@
 //! A pool of background threads fed by a bounded queue, started on first use and stopped and
-//! joined when dropped: the shape shared by read-ahead ([`crate::prefetch`]) and the FUSE mount's page store.
+//! joined when dropped: the shape shared by read-ahead ([`crate::read_ahead`]) and the FUSE mount's page store.
 //!
 //! Started on first use: a daemon may fork after mounting, and threads started before the fork
 //! would not exist in the child. Stopped and joined on drop: a queued job may hold the image (or

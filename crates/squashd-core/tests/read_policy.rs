@@ -3,7 +3,7 @@
 //! a block read whole streams past it, a seek is told from a stream, and a fill's read of the
 //! rest of a block takes it from the cache and leaves the reading state alone.
 
-use squashd_core::prefetch::{Prefetcher, ReadState};
+use squashd_core::read_ahead::{ReadAheadPool, ReadState};
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Image, OpenOptions};
 
@@ -25,10 +25,10 @@ fn parts_go_through_the_cache_whole_blocks_do_not_and_fills_leave_the_state_alon
     let image = Image::open(&path, &OpenOptions::default()).unwrap();
     let reader = image.open_file(&image.resolve_path(b"f").unwrap()).unwrap();
     // No read-ahead threads: every load below is the read's own.
-    let prefetch = Prefetcher::new(0, 16, 8);
+    let read_ahead = ReadAheadPool::new(0, 16, 8);
     let state = ReadState::default();
     let for_reader = ReadFor::Reader {
-        prefetch: &prefetch,
+        read_ahead: &read_ahead,
         state: &state,
     };
     let mut parts = Vec::new();

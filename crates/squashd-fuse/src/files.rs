@@ -12,12 +12,12 @@ use crate::handles::HandleTable;
 use crate::page_store::PageStore;
 use crate::tree::ServedTree;
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags};
-use squashd_core::prefetch::{Prefetcher, ReadState};
+use squashd_core::read_ahead::{ReadAheadPool, ReadState};
 use squashd_core::{Chunk, FileReader};
 use std::sync::{Arc, OnceLock};
 
 /// Read-ahead jobs waiting, at most (beyond, readers decompress their blocks themselves).
-const PREFETCH_QUEUE: usize = 64;
+const READ_AHEAD_QUEUE: usize = 64;
 
 struct OpenFile {
     reader: FileReader,
@@ -27,7 +27,7 @@ struct OpenFile {
 /// The files open through the mount, and the workers that serve their readers.
 pub(crate) struct OpenFiles {
     handles: HandleTable<OpenFile>,
-    prefetch: Prefetcher,
+    read_ahead: ReadAheadPool,
     /// Hands whole blocks of small reads to the kernel's page cache.
     page_store: PageStore,
 }
@@ -100,7 +100,7 @@ impl OpenFiles {
     pub(crate) fn new(prefetch_threads: usize, window: u64) -> Self {
         OpenFiles {
             handles: HandleTable::new(),
-            prefetch: Prefetcher::new(prefetch_threads, window, PREFETCH_QUEUE),
+            read_ahead: ReadAheadPool::new(prefetch_threads, window, READ_AHEAD_QUEUE),
             page_store: PageStore::new(),
         }
     }
@@ -160,8 +160,9 @@ impl OpenFiles {
                 store: None,
             });
         }
-        // Queue what follows before decompressing this block, so both run at once.
-        self.prefetch
+        // Queue what follows (where the core's read-ahead policy says it pays) before
+        // decompressing this block, so both run at once.
+        self.read_ahead
             .on_read(&file.reading, reader, offset, size as u64);
         let end = file_size.min(offset + size as u64);
         let bs = reader.block_size() as u64;

@@ -100,7 +100,7 @@ impl SquashFs {
     fn dir_request(&self) {
         self.touch();
         self.metadata_read_ahead
-            .call_once(|| self.tree.image().read_ahead_metadata());
+            .call_once(|| self.tree.image().prefetch_metadata());
     }
 
     /// Looks `name` up in directory `parent`. A missing name is not an error: it is a

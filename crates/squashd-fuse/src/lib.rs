@@ -9,9 +9,9 @@
 //! (`FOPEN_CACHE_DIR`), and `readdirplus` hands the kernel each entry's attributes with the
 //! listing. Repeated walks and reads then never reach the daemon.
 //!
-//! Sequential readers of a file get the following blocks decompressed ahead of them by a small
-//! pool of background threads (see [`prefetch`]), bounded in flight and by the data cache's
-//! byte budget.
+//! Readers streaming through a file get the following blocks decompressed ahead of them by a
+//! small pool of background threads, where the core's read-ahead policy says it pays (see
+//! [`squashd_core::read_ahead`]), bounded in flight and by the data cache's byte budget.
 //!
 //! ```no_run
 //! use squashd_core::{Image, OpenOptions};
@@ -30,7 +30,7 @@
 //!   readdir...) returns a `Result` whose error carries the errno ([`FsError`]); no FUSE reply
 //!   object is involved, so the answers are tested in-process (`tests/answers.rs`), without
 //!   root or /dev/fuse. It stands on the served tree (node ids to inodes and attributes), the
-//!   open files (with [`prefetch`] and the page store, whose background threads share one
+//!   open files (with read-ahead and the page store, whose background threads share one
 //!   pool shape) and the directories (listings, with their locks and the no-opendir cache).
 //! - `fuse`: the adapter, which only turns requests into those calls and results into
 //!   answers, and says what to ask of the kernel at INIT.

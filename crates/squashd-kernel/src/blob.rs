@@ -4,7 +4,7 @@
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
 use crate::block_fill::BlockFill;
-use squashd_core::prefetch::{Prefetcher, ReadState};
+use squashd_core::read_ahead::{ReadAheadPool, ReadState};
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Chunk, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +111,7 @@ const READ_AHEAD_QUEUE: usize = 64;
 pub struct Blob {
     image: Image,
     layout: BlobLayout,
-    prefetch: Prefetcher,
+    read_ahead: ReadAheadPool,
     /// Where each file's reading stands, by index in the layout.
     reading: Vec<ReadState>,
     /// Files opened recently, by index in the layout: opening one reads its whole block list,
@@ -133,7 +133,7 @@ impl Blob {
         Blob {
             image,
             layout,
-            prefetch: Prefetcher::new(read_ahead.threads, window, READ_AHEAD_QUEUE),
+            read_ahead: ReadAheadPool::new(read_ahead.threads, window, READ_AHEAD_QUEUE),
             reading,
             readers: quick_cache::sync::Cache::new(OPEN_READERS),
             reads: AtomicU64::new(0),
@@ -294,7 +294,7 @@ impl Blob {
             }
             let read_for = match self.reading.get(index) {
                 Some(state) if !from_fill => ReadFor::Reader {
-                    prefetch: &self.prefetch,
+                    read_ahead: &self.read_ahead,
                     state,
                 },
                 _ => ReadFor::Fill,
@@ -352,7 +352,7 @@ impl std::fmt::Debug for Blob {
         f.debug_struct("Blob")
             .field("image", &self.image)
             .field("files", &self.layout.files.len())
-            .field("prefetch", &self.prefetch)
+            .field("read_ahead", &self.read_ahead)
             .finish_non_exhaustive()
     }
 }

@@ -302,7 +302,7 @@ fn prefetch_line(
         let positions = (0..file.chunk_count()).filter_map(|chunk| file.chunk_position(chunk));
         let (first, last) = positions.fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
         if first <= last {
-            image.read_ahead(first, last - first + block);
+            image.prefetch(first, last - first + block);
         }
     }
     Ok(())

@@ -14,6 +14,9 @@ use testkit::{Built, TreeOptions};
 
 const SQUASHD: &str = env!("CARGO_BIN_EXE_squashd");
 
+#[path = "mount/read_ahead.rs"]
+mod read_ahead;
+
 fn is_mounted(mnt: &Path) -> bool {
     let mnt = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
     let needle = format!(" {} ", mnt.display());

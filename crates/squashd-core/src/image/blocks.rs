@@ -71,7 +71,7 @@ impl ImageInner {
             })
     }
 
-    fn key(&self, pos: u64) -> crate::cache::BlockKey {
+    pub(crate) fn key(&self, pos: u64) -> crate::cache::BlockKey {
         crate::cache::BlockKey {
             image: self.cache_id,
             pos,
@@ -124,6 +124,7 @@ impl ImageInner {
         self.caches
             .data
             .get_or_load(key, Some(&self.counters.data), || {
+                LOADS_HERE.with(|n| n.set(n.get() + 1));
                 let raw = self.stored_block(pos, size, max_len)?;
                 if !size.compressed {
                     return Ok(raw);
@@ -277,5 +278,13 @@ struct Scratch {
 }
 
 thread_local! {
+    /// Data blocks this thread loaded into the data cache: read-ahead tells by it whether its
+    /// job decompressed a block or found it cached.
+    static LOADS_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Data blocks the calling thread has loaded into the data cache so far.
+pub(crate) fn loads_on_this_thread() -> u64 {
+    LOADS_HERE.with(|n| n.get())
 }

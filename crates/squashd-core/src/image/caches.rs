@@ -78,6 +78,7 @@ impl Caches {
             compressed: self.compressed.stats(),
             bytes_read: 0,
             reads: 0,
+            read_ahead: Default::default(),
         }
     }
 

@@ -203,7 +203,7 @@ impl FileReader {
 
     /// Where the stored bytes of chunk `index` begin in the image: its data block, or the
     /// fragment block holding the tail end. `None` for a hole, past the end of the file, or a
-    /// fragment the table cannot give. For read-ahead ([`Image::read_ahead`]).
+    /// fragment the table cannot give. For prefetching ([`Image::prefetch`]).
     pub fn chunk_position(&self, index: u64) -> Option<u64> {
         if index >= self.chunk_count() {
             return None;
@@ -214,6 +214,25 @@ impl FileReader {
             None if self.body.has_fragment() => self.tail_fragment().ok().map(|f| f.start),
             None => None,
         }
+    }
+
+    /// Whether the data cache holds chunk `index`'s block now (a hole needs none). Counts
+    /// nothing: read-ahead asks it to tell a block read ahead that a reader finds from one
+    /// evicted before the reader came.
+    pub(crate) fn chunk_cached(&self, index: u64) -> bool {
+        if matches!(self.blocks.get(index), Some(None)) {
+            return true;
+        }
+        let inner = &self.image.inner;
+        self.chunk_position(index)
+            .is_some_and(|pos| inner.caches.data.peek(&inner.key(pos)).is_some())
+    }
+
+    /// The image's read-ahead counters.
+    pub(crate) fn read_ahead_counters(
+        &self,
+    ) -> &std::sync::Arc<crate::read_ahead::ReadAheadCounters> {
+        &self.image.inner.read_ahead
     }
 
     /// Whether chunk `index` is the tail end kept in a fragment block, which other files share

@@ -13,6 +13,7 @@ mod metadata;
 mod tables;
 mod xattr;
 
+pub(crate) use blocks::loads_on_this_thread;
 use blocks::MetadataBlock;
 pub use caches::{CacheBudgets, Caches};
 pub use dir::DirEntry;
@@ -25,6 +26,7 @@ use crate::cache::{next_image_id, CacheCounters, CacheStats};
 use crate::error::{Error, Result};
 use crate::format::superblock::{Flags, Superblock, SUPERBLOCK_SIZE};
 use crate::format::{compressor_options::CompressorOptions, FormatError};
+use crate::read_ahead::{ReadAheadCounters, ReadAheadStats};
 use crate::source::{FileSource, Source};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,6 +96,8 @@ pub struct ImageStats {
     pub bytes_read: u64,
     /// Reads issued to the image's source.
     pub reads: u64,
+    /// What read-ahead decompressed for this image's readers, and what became of it.
+    pub read_ahead: ReadAheadStats,
 }
 
 /// An opened SquashFS image. Clone it freely: clones share caches and tables.
@@ -113,6 +117,7 @@ pub(crate) struct ImageInner {
     bytes_read: AtomicU64,
     reads: AtomicU64,
     counters: ImageCounters,
+    read_ahead: Arc<ReadAheadCounters>,
     ids: OnceLock<Vec<u32>>,
     fragment_index: OnceLock<Vec<u64>>,
     export_index: OnceLock<Vec<u64>>,
@@ -205,6 +210,7 @@ impl Image {
             bytes_read: AtomicU64::new(SUPERBLOCK_SIZE as u64),
             reads: AtomicU64::new(1),
             counters: ImageCounters::default(),
+            read_ahead: Arc::default(),
             ids: OnceLock::new(),
             fragment_index: OnceLock::new(),
             export_index: OnceLock::new(),
@@ -287,6 +293,7 @@ impl Image {
             compressed: tier(&own.compressed, caches.compressed),
             bytes_read: self.inner.bytes_read.load(Ordering::Relaxed),
             reads: self.inner.reads.load(Ordering::Relaxed),
+            read_ahead: self.inner.read_ahead.snapshot(),
         }
     }
 
@@ -295,17 +302,17 @@ impl Image {
     /// large sequential reads instead of thousands of 8 KiB ones as it goes. It is a small part
     /// of an image (a measured share is in `bench/results/notes-from-core-comments.md`), and for
     /// a file the page cache may drop it again.
-    pub fn read_ahead_metadata(&self) {
+    pub fn prefetch_metadata(&self) {
         let sb = &self.inner.superblock;
         let start = sb.inode_table_start.min(sb.bytes_used);
-        self.read_ahead(start, sb.bytes_used - start);
+        self.prefetch(start, sb.bytes_used - start);
     }
 
     /// Asks the source to fetch image bytes `pos..pos + len` (positions as
     /// [`Image::data_position`] and [`FileReader::chunk_position`] give them) in the background,
     /// for a reader that knows what it will read next: extraction streams the image ahead of
     /// its writers this way. Bytes past the image's end are ignored.
-    pub fn read_ahead(&self, pos: u64, len: u64) {
+    pub fn prefetch(&self, pos: u64, len: u64) {
         let end = self.inner.superblock.bytes_used;
         let len = len.min(end.saturating_sub(pos));
         // `pos < end` when `len > 0`, and the image's end lies within its file: no overflow.

@@ -159,8 +159,29 @@ pub struct ImageStatus {
     pub private_cache: bool,
     /// This image's use of the caches.
     pub cache: TierSet,
+    /// What read-ahead decompressed for this image's readers, and what became of it.
+    #[serde(default)]
+    pub read_ahead: ReadAheadStatus,
     /// Seconds since it was attached.
     pub attached_secs: u64,
+}
+
+/// Read-ahead of one image: blocks decompressed ahead of streaming readers, on either path.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ReadAheadStatus {
+    /// Blocks decompressed ahead of a reader.
+    pub loads: u64,
+    /// Of them, blocks a reader then read.
+    pub used: u64,
+    /// Of them, blocks no reader read (evicted first, or the reader seeked away or closed).
+    pub wasted: u64,
+    /// Of them, blocks the reader has not reached yet.
+    pub pending: u64,
+    /// Streams read ahead of.
+    pub streams: u64,
+    /// Reads of a stream whose read-ahead was cut to one block per read-ahead thread because
+    /// the CPUs were busy.
+    pub busy_cuts: u64,
 }
 
 /// What fetching a remote image has cost.

@@ -2,9 +2,10 @@
 //! (every attached image) and by a lone `squashd mount -o control=PATH` (its one image).
 
 use super::protocol::{
-    DiskCacheStatus, ImageStatus, RemoteStatus, Status, Tier, TierSet, TranslationStatus,
+    DiskCacheStatus, ImageStatus, ReadAheadStatus, RemoteStatus, Status, Tier, TierSet,
+    TranslationStatus,
 };
-use squashd_core::{CacheStats, Image, ImageStats};
+use squashd_core::{CacheStats, Image, ImageStats, ReadAheadStats};
 use squashd_fuse::MountProbe;
 use squashd_kernel::KernelMount;
 use std::collections::BTreeSet;
@@ -283,6 +284,17 @@ fn tier(s: &CacheStats) -> Tier {
     }
 }
 
+fn read_ahead(s: &ReadAheadStats) -> ReadAheadStatus {
+    ReadAheadStatus {
+        loads: s.loads,
+        used: s.used,
+        wasted: s.wasted,
+        pending: s.pending(),
+        streams: s.streams,
+        busy_cuts: s.busy_cuts,
+    }
+}
+
 fn tiers(s: &ImageStats) -> TierSet {
     TierSet {
         metadata: tier(&s.metadata),
@@ -330,6 +342,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),
+        read_ahead: read_ahead(&stats.read_ahead),
         attached_secs: served.since.elapsed().as_secs(),
     };
     (status, file)

@@ -220,9 +220,17 @@ fn print_table(s: &Status) {
             quote::path(&i.image),
             if i.private_cache { " (own cache)" } else { "" },
         );
+        let ra = &i.read_ahead;
+        if ra.loads + ra.busy_cuts > 0 {
+            println!(
+                "{:<width$} read-ahead: {} blocks decompressed ahead ({} used, {} wasted, {} pending) \
+                 for {} streams; {} reads cut short (CPUs busy)",
+                "", ra.loads, ra.used, ra.wasted, ra.pending, ra.streams, ra.busy_cuts
+            );
+        }
         if let Some(r) = &i.remote {
             println!(
-                "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units ahead, \
+                "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units prefetched, \
                  {} disk-cache hits, readers waited {:.2} s; {}",
                 "",
                 mib(r.bytes_fetched),

@@ -121,6 +121,28 @@ pub(super) fn render(status: &Status) -> String {
             "Seconds since the image was attached.",
         ),
     ];
+    let mut read_ahead = [
+        Family::new(
+            "squashd_image_read_ahead_loads_total",
+            "counter",
+            "Blocks decompressed ahead of streaming readers.",
+        ),
+        Family::new(
+            "squashd_image_read_ahead_used_total",
+            "counter",
+            "Blocks decompressed ahead that a reader then read.",
+        ),
+        Family::new(
+            "squashd_image_read_ahead_wasted_total",
+            "counter",
+            "Blocks decompressed ahead that no reader read (evicted first, or left behind).",
+        ),
+        Family::new(
+            "squashd_image_read_ahead_busy_cuts_total",
+            "counter",
+            "Reads of a stream whose read-ahead was cut short because the CPUs were busy.",
+        ),
+    ];
     let mut cache = [
         Family::new(
             "squashd_image_cache_hits_total",
@@ -206,6 +228,14 @@ pub(super) fn render(status: &Status) -> String {
         for (family, value) in per_image.iter_mut().zip(values) {
             family.add(labels(), value);
         }
+        let ra = &image.read_ahead;
+        for (family, value) in
+            read_ahead
+                .iter_mut()
+                .zip([ra.loads, ra.used, ra.wasted, ra.busy_cuts])
+        {
+            family.add(labels(), value as f64);
+        }
         for (tier, t) in tiers(&image.cache) {
             let with_tier = || {
                 let mut l = labels();
@@ -221,6 +251,7 @@ pub(super) fn render(status: &Status) -> String {
         }
     }
     families.extend(per_image);
+    families.extend(read_ahead);
     families.extend(cache);
     families.extend(remote);
     let mut disk = [
@@ -288,6 +319,7 @@ mod tests {
             bytes_read: 100,
             private_cache: false,
             cache: TierSet::default(),
+            read_ahead: Default::default(),
             attached_secs: 9,
         };
         let status = Status {

@@ -201,7 +201,7 @@ fn ask(image: &Image, spans: &[(u64, u64)], from: u64, to: u64) {
     let first = spans.partition_point(|&(_, end)| end <= from);
     for &(start, end) in spans[first..].iter().take_while(|&&(start, _)| start < to) {
         let (start, end) = (start.max(from), end.min(to));
-        image.read_ahead(start, end - start);
+        image.prefetch(start, end - start);
     }
 }
 

@@ -54,8 +54,10 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     };
     let built = Built::new(&TreeOptions::default());
     let image = built.image("zstd", &["-comp", "zstd"]);
-    let (reference_root, _kernel) = built.reference(&image, "zstd");
+    let (reference_root, kernel) = built.reference(&image, "zstd");
     let expected = testkit::walk_disk(&reference_root);
+    // The reference: unmounted when the test ends, also if it fails.
+    let _reference = kernel.map(MountGuard);
 
     let mnt = built.scratch("mnt-uring");
     let socket = built.scratch("uring.sock");

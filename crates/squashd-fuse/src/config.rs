@@ -36,6 +36,9 @@ pub struct MountConfig {
     /// that user alone (others only with `allow_other`, root also with `allow_root`). None:
     /// the mount belongs to the process that makes it.
     pub owner: Option<MountOwner>,
+    /// FUSE over io_uring: `Auto` uses it when the kernel offers it (`fuse.enable_uring=1`);
+    /// `On` refuses to mount without it.
+    pub uring: crate::server::UringMode,
 }
 
 /// Whom a mount belongs to: the kernel's FUSE `user_id` and `group_id`. Without `allow_other`
@@ -68,6 +71,7 @@ impl Default for MountConfig {
             idle_timeout: None,
             flags: Vec::new(),
             owner: None,
+            uring: crate::server::UringMode::Auto,
         }
     }
 }

@@ -20,6 +20,8 @@ struct MountCounters {
     requests: AtomicU64,
     /// What the last failed request's error said (the image and the byte that was bad).
     last_error: std::sync::Mutex<Option<String>>,
+    /// The session's transport, once it runs.
+    transport: std::sync::OnceLock<crate::server::TransportProbe>,
 }
 
 impl MountProbe {
@@ -39,6 +41,19 @@ impl MountProbe {
     /// daemon.
     pub fn requests(&self) -> u64 {
         self.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Which transport carries the mount's requests ("dev-fuse" before the session runs).
+    pub fn transport(&self) -> crate::server::TransportInfo {
+        self.counters
+            .transport
+            .get()
+            .map(|t| t.info())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn set_transport(&self, transport: crate::server::TransportProbe) {
+        let _ = self.counters.transport.set(transport);
     }
 
     pub(crate) fn opened(&self) {

@@ -26,6 +26,9 @@ pub enum MountError {
     /// The kernel refused the mount (the reason is the source).
     #[error("cannot mount on {}", .0.display())]
     Mount(PathBuf, #[source] io::Error),
+    /// `uring=on`, and this kernel does not offer FUSE over io_uring (how to enable it).
+    #[error("{0}")]
+    Uring(String),
 }
 
 /// A mounted image whose requests are not served yet: call [`MountedImage::run`] or
@@ -75,6 +78,7 @@ impl MountedImage {
         mountpoint: &Path,
         config: &MountConfig,
     ) -> Result<MountedImage, MountError> {
+        config.uring.check().map_err(MountError::Uring)?;
         let fs = SquashFs::new(image, config).map_err(MountError::Image)?;
         let activity = fs.activity();
         let probe = fs.probe();
@@ -110,7 +114,7 @@ impl MountedImage {
         // Should the handshake fail, dropping the session ends the connection: what is left
         // on the target answers ENOTCONN and is cleared as a dead squashd mount by the next
         // attach there.
-        let session = Session::new(FuseAdapter::new(fs, admitted), device);
+        let session = Session::new(FuseAdapter::new(fs, admitted), device).with_uring(config.uring);
         let _ = notifier_slot.set(session.notifier());
         Ok(MountedImage {
             probe,
@@ -158,6 +162,7 @@ impl MountedImage {
         // Nothing here unmounts when the session ends: our own unmount paths (umount(8),
         // signals, the idle timer, a detach) do, each of the very mount made.
         let running = self.session.start(self.threads, "squashd-fuse")?;
+        self.probe.set_transport(running.transport_probe());
         Ok(Serving { running, done })
     }
 }

@@ -15,7 +15,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     };
     let started = std::time::Instant::now();
-    let kernel = KernelPath::start(blob_dir, squashd_core::cores())?;
+    let kernel = KernelPath::start(
+        blob_dir,
+        squashd_core::cores(),
+        squashd_fuse::server::UringMode::Auto,
+    )?;
     let image = Image::open(image, &OpenOptions::default())?;
     let prepared = Prepared::new(image, &KernelMountOptions::default())?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;

@@ -3,7 +3,7 @@
 
 use crate::blobfs::{BlobFiles, BlobFs};
 use nix::mount::{MntFlags, MsFlags};
-use squashd_fuse::server::{FuseMount, Running, Session};
+use squashd_fuse::server::{FuseMount, Running, Session, TransportProbe, UringMode};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -13,7 +13,7 @@ pub struct BlobMount {
     dir: PathBuf,
     /// The request threads; never joined: they serve until the kernel lets go of every file,
     /// which for a daemon going away is its exit.
-    _running: Running,
+    running: Running,
 }
 
 impl std::fmt::Debug for BlobMount {
@@ -26,8 +26,13 @@ impl std::fmt::Debug for BlobMount {
 
 impl BlobMount {
     /// Mounts an empty blob file system on `dir` (an existing directory, on any file system)
-    /// served by `threads` request threads.
+    /// served by `threads` request threads, over FUSE over io_uring when the kernel offers it.
     pub fn mount(dir: &Path, threads: usize) -> io::Result<BlobMount> {
+        Self::mount_with_uring(dir, threads, UringMode::Auto)
+    }
+
+    /// [`BlobMount::mount`], with FUSE over io_uring as `uring` says.
+    pub fn mount_with_uring(dir: &Path, threads: usize, uring: UringMode) -> io::Result<BlobMount> {
         let files = BlobFiles::new();
         let mount = FuseMount {
             fsname: "squashd-blobs".into(),
@@ -43,14 +48,19 @@ impl BlobMount {
         let device = mount.mount(dir)?;
         let fs = BlobFs::new(files.clone(), threads.max(1));
         let notifier_slot = fs.notifier_slot();
-        let session = Session::new(fs, device);
+        let session = Session::new(fs, device).with_uring(uring);
         let _ = notifier_slot.set(session.notifier());
         let running = session.start(threads.max(1), "squashd-blobs")?;
         Ok(BlobMount {
             files,
             dir: dir.to_path_buf(),
-            _running: running,
+            running,
         })
+    }
+
+    /// Which transport carries the blob file system's requests.
+    pub fn transport(&self) -> TransportProbe {
+        self.running.transport_probe()
     }
 
     /// The files served.

@@ -9,6 +9,7 @@ use crate::meta_file::MetaFile;
 use crate::translate::{translate, OwnerOverride, TranslateError};
 use nix::mount::{MntFlags, MsFlags};
 use squashd_core::{Image, Inode};
+use squashd_fuse::server::{TransportInfo, TransportProbe, UringMode};
 use squashd_fuse::MountPoint;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -111,15 +112,17 @@ pub struct KernelMount {
     metadata: Arc<MetaFile>,
     blob: Arc<Blob>,
     stats: TranslationStats,
+    /// Which transport carries the blob file system's requests (shared by every mount).
+    transport: TransportProbe,
 }
 
 impl KernelPath {
     /// Mounts this process's blob file system on `blob_dir` (created if missing), served by
-    /// `threads` request threads.
-    pub fn start(blob_dir: &Path, threads: usize) -> io::Result<KernelPath> {
+    /// `threads` request threads, over FUSE over io_uring as `uring` says.
+    pub fn start(blob_dir: &Path, threads: usize, uring: UringMode) -> io::Result<KernelPath> {
         std::fs::create_dir_all(blob_dir)?;
         Ok(KernelPath {
-            blobs: BlobMount::mount(blob_dir, threads)?,
+            blobs: BlobMount::mount_with_uring(blob_dir, threads, uring)?,
             next: AtomicU64::new(1),
         })
     }
@@ -199,6 +202,7 @@ impl KernelPath {
             .attach(mountpoint, &self.blobs.path(&meta_name));
         Ok(KernelMount {
             blobs: files.clone(),
+            transport: self.blobs.transport(),
             meta_name,
             blob_name,
             mount,
@@ -256,6 +260,11 @@ impl KernelMount {
     /// What the translation cost.
     pub fn stats(&self) -> TranslationStats {
         self.stats
+    }
+
+    /// Which transport carries the blob file system's requests (shared by every mount).
+    pub fn transport(&self) -> TransportInfo {
+        self.transport.info()
     }
 
     /// Reads of the blob that failed (answered EIO to the kernel).

@@ -134,6 +134,10 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
         target: &mountpoint,
         mountpoint: &mountpoint,
     };
+    // Caught from before the mount is made, so that a SIGTERM sent as soon as the mount answers
+    // (before the watcher's thread starts) unmounts rather than kills: the watcher acts on it
+    // once it runs. No thread yet: the mount may still go to the background (fork).
+    let signals = unmount_signals()?;
     let (mounted, probe) = mount_image(image.clone(), &options, place, &mut host)?;
     let lone = LoneMount {
         image_path,
@@ -145,7 +149,7 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
     };
     let mut serving = lone.start_serving(probe, &mountpoint)?;
     let unmount = mounted.unmount_handle();
-    watch_signals(move |lazy| unmount.unmount(lazy))?;
+    watch_signals(signals, move |lazy| unmount.unmount(lazy))?;
     announce_ready(
         serving.ready_fd.take(),
         host.take_parent(),
@@ -242,14 +246,21 @@ pub(crate) fn announce_ready(
     }
 }
 
-/// SIGTERM, SIGINT and SIGHUP unmount (lazily when busy) with `unmount(lazy)`; the mount's
-/// server then ends and the process exits. A second signal, or nothing left to unmount, exits at
-/// once.
+/// Catches SIGTERM, SIGINT and SIGHUP from now on, for [`watch_signals`] (no thread started).
+pub(crate) fn unmount_signals() -> anyhow::Result<signal_hook::iterator::Signals> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    Ok(signal_hook::iterator::Signals::new([
+        SIGTERM, SIGINT, SIGHUP,
+    ])?)
+}
+
+/// SIGTERM, SIGINT and SIGHUP (caught since [`unmount_signals`]) unmount (lazily when busy)
+/// with `unmount(lazy)`; the mount's server then ends and the process exits. A second signal,
+/// or nothing left to unmount, exits at once.
 pub(crate) fn watch_signals(
+    mut signals: signal_hook::iterator::Signals,
     unmount: impl Fn(bool) -> std::io::Result<()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

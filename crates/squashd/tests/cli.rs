@@ -830,6 +830,10 @@ fn mount_help_lists_every_option_the_readme_and_the_parser_know() {
             "SIZE" => format!("{name}=1MiB"),
             "N" => format!("{name}=2"),
             "SECONDS" => format!("{name}=1.5"),
+            // A choice (`auto|on|off`): its first.
+            choice if choice.contains('|') => {
+                format!("{name}={}", choice.split('|').next().unwrap_or_default())
+            }
             _ => format!("{name}=x"),
         };
         let out = squashd(&[

@@ -1017,3 +1017,6 @@ fn kernel_path_mounts_show_what_the_kernel_squashfs_shows() {
 
 #[path = "mount/fallback.rs"]
 mod fallback;
+
+#[path = "mount/uring.rs"]
+mod uring;

@@ -9,6 +9,7 @@
 
 use super::dispatch::{Dispatcher, FuseFilesystem, REQUEST_BUFFER};
 use super::reply;
+use super::ring::RingState;
 use rustix::io::Errno;
 use std::fs::OpenOptions;
 use std::io::{self, IoSlice};
@@ -95,6 +96,15 @@ pub fn serve_device<F: FuseFilesystem>(
     dispatcher: &Dispatcher<F>,
     device: BorrowedFd<'_>,
 ) -> io::Result<()> {
+    serve(dispatcher, device, None)
+}
+
+/// [`serve_device`], answering INIT through `ring` (which may accept FUSE over io_uring).
+fn serve<F: FuseFilesystem>(
+    dispatcher: &Dispatcher<F>,
+    device: BorrowedFd<'_>,
+    ring: Option<(&Arc<Dispatcher<F>>, &RingState)>,
+) -> io::Result<()> {
     // Zeroed once; a request touches the first pages only.
     let mut buffer = vec![0u8; REQUEST_BUFFER];
     loop {
@@ -109,6 +119,14 @@ pub fn serve_device<F: FuseFilesystem>(
         let Some(request) = buffer.get(..len) else {
             continue;
         };
+        if let Some((shared, ring)) = ring.filter(|(_, ring)| ring.takes_init(request)) {
+            ring.answer_init(shared, request, |slices| {
+                if let Err(e) = write_all(device, slices) {
+                    tracing::warn!("FUSE INIT answer: {e}");
+                }
+            });
+            continue;
+        }
         let Some(answer) = dispatcher.dispatch(request) else {
             continue;
         };
@@ -123,12 +141,14 @@ pub fn serve_device<F: FuseFilesystem>(
 }
 
 /// Request threads serving one connection: `threads` of them, named `name-N`, the first
-/// reading from `device` itself and each other from a clone of it.
-pub fn start_threads<F: FuseFilesystem>(
+/// reading from `device` itself and each other from a clone of it; with `ring`, the one that
+/// reads INIT may move the connection's requests onto FUSE over io_uring.
+pub(crate) fn start_threads<F: FuseFilesystem>(
     dispatcher: Arc<Dispatcher<F>>,
     device: Arc<OwnedFd>,
     threads: usize,
     name: &str,
+    ring: Option<Arc<RingState>>,
 ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
     let mut descriptors = vec![device.clone()];
     for _ in 1..threads.max(1) {
@@ -137,9 +157,13 @@ pub fn start_threads<F: FuseFilesystem>(
     let mut handles = Vec::with_capacity(descriptors.len());
     for (i, fd) in descriptors.into_iter().enumerate() {
         let dispatcher = dispatcher.clone();
+        let ring = ring.clone();
         let handle = std::thread::Builder::new()
             .name(format!("{name}-{i}"))
-            .spawn(move || serve_device(&dispatcher, fd.as_fd()))?;
+            .spawn(move || {
+                let ring = ring.as_deref().map(|ring| (&dispatcher, ring));
+                serve(&dispatcher, fd.as_fd(), ring)
+            })?;
         handles.push(handle);
     }
     Ok(handles)

@@ -211,6 +211,22 @@ impl<F: FuseFilesystem> Dispatcher<F> {
     /// answer (FORGET, BATCH_FORGET, INTERRUPT). Send the reply's bytes, then call
     /// [`Reply::replied`].
     pub fn dispatch(&self, request: &[u8]) -> Option<FsReply<'_, F>> {
+        self.dispatch_with(request, None)
+    }
+
+    /// [`Dispatcher::dispatch`], with an INIT answer that accepts FUSE over io_uring and
+    /// limits reads to `max_pages` pages (the ring's payload buffers must hold the largest
+    /// read: see [`super::ring`]). Only for an INIT that offers the ring, once the ring
+    /// transport is prepared.
+    pub(crate) fn dispatch_accepting_ring(
+        &self,
+        request: &[u8],
+        max_pages: u16,
+    ) -> Option<FsReply<'_, F>> {
+        self.dispatch_with(request, Some(max_pages))
+    }
+
+    fn dispatch_with(&self, request: &[u8], ring_pages: Option<u16>) -> Option<FsReply<'_, F>> {
         let request = match Request::parse(request) {
             Ok(r) => r,
             Err(e) => {
@@ -234,7 +250,7 @@ impl<F: FuseFilesystem> Dispatcher<F> {
         let fs = &self.fs;
         let answer = |result| answer(unique, result);
         match request.operation {
-            Operation::Init(init) => Some(self.init(unique, &init)),
+            Operation::Init(init) => Some(self.init(unique, &init, ring_pages)),
             Operation::Destroy => {
                 fs.destroy();
                 Some(Reply::empty(unique))
@@ -321,7 +337,8 @@ impl<F: FuseFilesystem> Dispatcher<F> {
 
     /// The INIT handshake: the protocol version, and what the file system asks for among what
     /// the kernel offers.
-    fn init(&self, unique: u64, init: &abi::InitIn) -> FsReply<'_, F> {
+    /// With `ring_pages`, the answer accepts FUSE over io_uring and sends that `max_pages`.
+    fn init(&self, unique: u64, init: &abi::InitIn, ring_pages: Option<u16>) -> FsReply<'_, F> {
         if init.major != abi::KERNEL_VERSION || init.minor < 12 {
             tracing::error!(
                 "the kernel speaks FUSE {}.{}; squashd needs 7.12 or later",
@@ -340,7 +357,8 @@ impl<F: FuseFilesystem> Dispatcher<F> {
             max_readahead: init.max_readahead,
         };
         let settings = self.fs.init(&kernel);
-        let agreed = (settings.flags | init_flags::INIT_EXT) & offered;
+        let ring = ring_pages.map_or(0, |_| init_flags::OVER_IO_URING);
+        let agreed = (settings.flags | init_flags::INIT_EXT | ring) & offered;
         self.agreed.store(agreed, Ordering::Relaxed);
         let out = abi::InitOut {
             major: abi::KERNEL_VERSION,
@@ -351,7 +369,7 @@ impl<F: FuseFilesystem> Dispatcher<F> {
             congestion_threshold: settings.congestion_threshold.min(settings.max_background),
             max_write: MAX_WRITE,
             time_gran: 1,
-            max_pages: MAX_PAGES,
+            max_pages: ring_pages.unwrap_or(MAX_PAGES),
             map_alignment: 0,
             flags2: (agreed >> 32) as u32,
             max_stack_depth: 0,

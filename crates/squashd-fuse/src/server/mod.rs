@@ -26,6 +26,7 @@ mod dispatch;
 mod mount;
 mod reply;
 mod request;
+mod ring;
 
 pub use dev_fuse::Notifier;
 pub use dispatch::{
@@ -34,6 +35,8 @@ pub use dispatch::{
 };
 pub use mount::FuseMount;
 pub use reply::{DirentBuffer, ReadData, Reply};
+use ring::RingState;
+pub use ring::{TransportInfo, TransportProbe, UringMode, RING_MAX_PAGES, RING_QUEUE_DEPTH};
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -45,6 +48,7 @@ use std::thread::JoinHandle;
 pub struct Session<F> {
     dispatcher: Arc<Dispatcher<F>>,
     device: Arc<OwnedFd>,
+    uring: UringMode,
 }
 
 impl<F: FuseFilesystem> Session<F> {
@@ -53,7 +57,15 @@ impl<F: FuseFilesystem> Session<F> {
         Session {
             dispatcher: Arc::new(Dispatcher::new(fs)),
             device: Arc::new(device),
+            uring: UringMode::Off,
         }
+    }
+
+    /// Whether to move requests onto FUSE over io_uring at INIT (default: off). `On` is
+    /// checked before mounting ([`UringMode::check`]); here it acts as `Auto`.
+    pub fn with_uring(mut self, mode: UringMode) -> Self {
+        self.uring = mode;
+        self
     }
 
     /// Writes notifications to this connection.
@@ -69,8 +81,11 @@ impl<F: FuseFilesystem> Session<F> {
     /// Starts `threads` request threads named `name-N` on /dev/fuse; they serve until the
     /// connection ends.
     pub fn start(self, threads: usize, name: &str) -> io::Result<Running> {
-        let threads = dev_fuse::start_threads(self.dispatcher, self.device, threads, name)?;
-        Ok(Running { threads })
+        let ring = (self.uring != UringMode::Off)
+            .then(|| Arc::new(RingState::new(self.uring, self.device.clone())));
+        let threads =
+            dev_fuse::start_threads(self.dispatcher, self.device, threads, name, ring.clone())?;
+        Ok(Running { threads, ring })
     }
 }
 
@@ -78,12 +93,18 @@ impl<F: FuseFilesystem> Session<F> {
 #[derive(Debug)]
 pub struct Running {
     threads: Vec<JoinHandle<io::Result<()>>>,
+    ring: Option<Arc<RingState>>,
 }
 
 impl Running {
     /// Whether every request thread has ended (the connection is gone).
     pub fn is_over(&self) -> bool {
         self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Which transport carries the requests (/dev/fuse until INIT accepted the ring).
+    pub fn transport_probe(&self) -> TransportProbe {
+        TransportProbe::new(self.ring.clone())
     }
 
     /// Waits for every request thread to end; the first error, if any. The connection's
@@ -97,6 +118,9 @@ impl Running {
             if let (Ok(()), Err(e)) = (&result, ended) {
                 result = Err(e);
             }
+        }
+        if let Some(ring) = &self.ring {
+            ring.shutdown();
         }
         result
     }

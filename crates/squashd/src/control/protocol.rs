@@ -135,6 +135,17 @@ pub struct ImageStatus {
     /// What serves it: "fuse", or "kernel" (EROFS on a translated metadata image).
     #[serde(default)]
     pub engine: String,
+    /// What carries its FUSE requests (on the kernel path, its blob file system's): "dev-fuse",
+    /// or "io-uring" (FUSE over io_uring).
+    #[serde(default)]
+    pub transport: String,
+    /// Bytes of the io_uring transport's buffers and rings (0 on /dev/fuse; on the kernel path,
+    /// the blob file system's, shared by its mounts).
+    #[serde(default)]
+    pub ring_memory_bytes: u64,
+    /// Requests answered over the io_uring transport.
+    #[serde(default)]
+    pub ring_requests: u64,
     /// For the kernel path: what translating the image gave and cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub translation: Option<TranslationStatus>,

@@ -78,6 +78,13 @@ impl Probe {
         }
     }
 
+    fn transport(&self) -> squashd_fuse::server::TransportInfo {
+        match self {
+            Probe::Fuse(p) => p.transport(),
+            Probe::Kernel(k) => k.transport(),
+        }
+    }
+
     fn translation(&self) -> Option<TranslationStatus> {
         match self {
             Probe::Fuse(_) => None,
@@ -325,12 +332,16 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
             }),
         ),
     };
+    let transport = served.probe.transport();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
         options: served.options.clone(),
         health: health.unwrap_or_else(|| "ok".into()),
         engine: served.probe.engine().to_string(),
+        transport: transport.name().to_string(),
+        ring_memory_bytes: transport.ring_memory as u64,
+        ring_requests: transport.ring_requests,
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),
         remote: served.remote.as_ref().map(remote_status),

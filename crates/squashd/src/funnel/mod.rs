@@ -22,6 +22,7 @@ use crate::control::report::Probe;
 use crate::options::{Engine, Options};
 use anyhow::{bail, Context as _};
 use squashd_core::Image;
+use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountError, MountOwner, MountedImage};
 use squashd_kernel::{KernelPath, Prepared};
 use std::path::Path;
@@ -37,8 +38,9 @@ pub(crate) trait MountHost {
     /// lone mount goes to the background here: fork copies only the calling thread). May be
     /// called again after a fallback: a second call does nothing.
     fn before_threads(&mut self) -> anyhow::Result<()>;
-    /// The blob file system the kernel path serves file data from (started on first use).
-    fn blob_fs(&mut self) -> anyhow::Result<Arc<KernelPath>>;
+    /// The blob file system the kernel path serves file data from (started on first use, over
+    /// FUSE over io_uring as `uring` says; a daemon's is shared, and its first mount decides).
+    fn blob_fs(&mut self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>>;
     /// The kernel path failed after [`MountHost::blob_fs`]: a blob file system of this mount's
     /// own has nothing to serve.
     fn kernel_path_abandoned(&mut self) {}
@@ -66,6 +68,10 @@ pub(crate) fn mount_image(
     place: Placement<'_>,
     host: &mut dyn MountHost,
 ) -> anyhow::Result<(Mounted, Probe)> {
+    // uring=on without the kernel's FUSE over io_uring: one line saying how to enable it.
+    if let Err(why) = options.uring.check() {
+        bail!("{}: {why}", crate::quote::path(place.mountpoint));
+    }
     let (engine, not_kernel) = crate::engine::choose(options, host.privileged())?;
     if let Some(why) = not_kernel {
         log_line!(
@@ -98,7 +104,7 @@ fn mount_kernel(
     // Before any thread: translating starts none.
     let prepared = Prepared::new(image.clone(), &options.kernel_options(image)?)?;
     host.before_threads()?;
-    let mounted = host.blob_fs().and_then(|kernel| {
+    let mounted = host.blob_fs(options.uring).and_then(|kernel| {
         Ok(kernel.mount(
             prepared,
             place.target,

@@ -8,6 +8,7 @@ use crate::daemonize::{daemonize, WaitingParent};
 use crate::funnel::MountHost;
 use crate::readiness::root_answers;
 use anyhow::Context;
+use squashd_fuse::server::UringMode;
 use squashd_fuse::MountOwner;
 use squashd_kernel::KernelPath;
 use std::path::{Path, PathBuf};
@@ -80,13 +81,13 @@ impl MountHost for LoneHost {
         Ok(())
     }
 
-    fn blob_fs(&mut self) -> anyhow::Result<Arc<KernelPath>> {
+    fn blob_fs(&mut self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>> {
         if let Some(started) = &self.blob_fs {
             return Ok(started.clone());
         }
         clear_dead_lone_mounts();
         let dir = blob_dir();
-        let started = KernelPath::start(&dir, squashd_core::cores())
+        let started = KernelPath::start(&dir, squashd_core::cores(), uring)
             .with_context(|| format!("{}: cannot mount the blob file system", dir.display()))?;
         let started = Arc::new(started);
         self.blob_fs = Some(started.clone());

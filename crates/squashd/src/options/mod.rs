@@ -105,6 +105,8 @@ pub(crate) struct Options {
     pub(crate) owner: Option<MountOwner>,
     /// The generic mount flags (`nosuid`, `nodev`, `noexec`...).
     pub(crate) flags: MountFlags,
+    /// FUSE over io_uring (`uring=`), for a FUSE mount and the kernel path's blob file system.
+    pub(crate) uring: squashd_fuse::server::UringMode,
     /// Threads serving FUSE requests (`threads=`).
     pub(crate) threads: usize,
     /// Threads decompressing ahead of sequential readers (`prefetch_threads=`; 0: none).
@@ -157,6 +159,7 @@ impl Options {
             allow_root: false,
             owner: None,
             flags: MountFlags::default(),
+            uring: squashd_fuse::server::UringMode::Auto,
             threads: 1,
             prefetch_threads: 0,
             readahead_bytes: 0,

@@ -26,6 +26,7 @@ impl Options {
             idle_timeout: self.idle_timeout,
             flags: self.flags.fuse_names(),
             owner: self.owner,
+            uring: self.uring,
             ..MountConfig::default()
         }
     }

@@ -9,6 +9,7 @@
 
 use super::flags::MountFlag;
 use super::{Engine, Options};
+use squashd_fuse::server::UringMode;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -228,6 +229,25 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         help: "budget of the cache of compressed blocks (0: none)",
         apply: |o, a| {
             o.open.budgets.compressed_bytes = a.number();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "uring",
+        root_only: None,
+        value: Value::Text("auto|on|off"),
+        default: DefaultValue::Value("auto"),
+        help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it, on \
+               refuses to mount without it, off keeps /dev/fuse; the admin enables it with \
+               fuse.enable_uring=1 on the kernel command line or `echo 1 > \
+               /sys/module/fuse/parameters/enable_uring`",
+        apply: |o, a| {
+            let text = match a {
+                Arg::Text(text) => text,
+                _ => "",
+            };
+            o.uring =
+                UringMode::parse(text).ok_or_else(|| format!("{text:?} is not auto, on or off"))?;
             Ok(())
         },
     },

@@ -191,9 +191,10 @@ fn print_table(s: &Status) {
         .map(|i| quote::path(&i.mountpoint).to_string().chars().count())
         .fold(28, usize::max);
     println!(
-        "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
+        "{:<width$} {:>6} {:>9} {:>10} {:>5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  HEALTH  IMAGE",
         "MOUNTPOINT",
         "PATH",
+        "TRANSPORT",
         "SIZE",
         "OPEN",
         "REQUESTS",
@@ -205,9 +206,10 @@ fn print_table(s: &Status) {
     );
     for i in &s.images {
         println!(
-            "{:<width$} {:>6} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
+            "{:<width$} {:>6} {:>9} {:>10} {:>5} {:>9} {:>8.1}% {:>8.1}% {:>8} {:>10} {:>6}  {}  {}{}",
             quote::path(&i.mountpoint),
             i.engine,
+            i.transport,
             mib(i.size_bytes),
             i.open_handles,
             i.requests,
@@ -226,6 +228,14 @@ fn print_table(s: &Status) {
                 "{:<width$} read-ahead: {} blocks decompressed ahead ({} used, {} wasted, {} pending) \
                  for {} streams; {} reads cut short (CPUs busy)",
                 "", ra.loads, ra.used, ra.wasted, ra.pending, ra.streams, ra.busy_cuts
+            );
+        }
+        if i.ring_memory_bytes > 0 {
+            println!(
+                "{:<width$} io_uring: {} of rings, {} requests over them",
+                "",
+                mib(i.ring_memory_bytes),
+                i.ring_requests
             );
         }
         if let Some(r) = &i.remote {

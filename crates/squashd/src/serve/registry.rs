@@ -12,6 +12,7 @@ use crate::funnel::{mount_image, MountHost, Mounted, Placement};
 use crate::options::{Context as OptionsContext, Options};
 use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
+use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountOwner, NotOurMount};
 use squashd_kernel::KernelPath;
 use std::collections::BTreeMap;
@@ -136,13 +137,14 @@ impl Registry {
     }
 
     /// The daemon's blob file system, mounted on first use.
-    fn kernel_path(&self) -> anyhow::Result<Arc<KernelPath>> {
+    /// The daemon's one blob file system, started on first use with that mount's `uring`.
+    fn kernel_path(&self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>> {
         let mut kernel = self.kernel.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = kernel.as_ref() {
             return Ok(k.clone());
         }
         // Two request threads: blob reads are large, and each decompresses many blocks.
-        let started = KernelPath::start(&self.blob_dir, 2).with_context(|| {
+        let started = KernelPath::start(&self.blob_dir, 2, uring).with_context(|| {
             format!(
                 "{}: cannot mount the kernel path's blob file system",
                 self.blob_dir.display()
@@ -434,8 +436,8 @@ impl MountHost for DaemonHost<'_> {
         Ok(())
     }
 
-    fn blob_fs(&mut self) -> anyhow::Result<Arc<KernelPath>> {
-        self.registry.kernel_path()
+    fn blob_fs(&mut self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>> {
+        self.registry.kernel_path(uring)
     }
 
     fn answers(&self, mountpoint: &Path, owner: Option<MountOwner>) -> bool {

@@ -1,0 +1,275 @@
+//! FUSE over io_uring for a session: the choice (`uring=auto|on|off`), the INIT handshake that
+//! accepts the ring, and the [`squashd_fuse_uring::Handler`] that runs the session's
+//! [`Dispatcher`] on the ring's requests.
+//!
+//! The /dev/fuse threads keep running: INIT arrives there, and FORGET, INTERRUPT and
+//! notifications stay there once the ring carries everything else.
+
+use super::dispatch::{Dispatcher, FuseFilesystem, MAX_WRITE};
+use squashd_fuse_uring::{
+    init_offers_uring, ring_memory, Handler, KernelSupport, ReplyWriter, Transport, UringConfig,
+    IN_HEADER_SIZE,
+};
+use std::cell::RefCell;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+/// Whether a mount uses FUSE over io_uring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UringMode {
+    /// When the kernel offers it (`fuse.enable_uring=1`), else /dev/fuse.
+    #[default]
+    Auto,
+    /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
+    On,
+    /// Never: /dev/fuse only.
+    Off,
+}
+
+impl UringMode {
+    /// `auto`, `on` or `off`.
+    pub fn parse(text: &str) -> Option<UringMode> {
+        match text {
+            "auto" => Some(UringMode::Auto),
+            "on" => Some(UringMode::On),
+            "off" => Some(UringMode::Off),
+            _ => None,
+        }
+    }
+
+    /// The option's value, as [`UringMode::parse`] reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UringMode::Auto => "auto",
+            UringMode::On => "on",
+            UringMode::Off => "off",
+        }
+    }
+
+    /// Before mounting: for `on`, the one-line error saying how to enable the ring when this
+    /// kernel does not offer it.
+    pub fn check(self) -> Result<(), String> {
+        match self {
+            UringMode::On => KernelSupport::probe().refusal().map_or(Ok(()), Err),
+            UringMode::Auto | UringMode::Off => Ok(()),
+        }
+    }
+}
+
+/// Ring entries per CPU: one. Each entry holds a payload buffer for the largest read, and a
+/// daemon serves dozens of images, so the rings are kept to one request in flight per CPU;
+/// the kernel queues the others of that CPU until it is answered.
+pub const RING_QUEUE_DEPTH: u32 = 1;
+
+/// Pages of one read over the ring: 128 KiB, the kernel's default largest read and SquashFS's
+/// default block size. The ring's payload buffers must hold the largest read the INIT answer
+/// allows, so this (not /dev/fuse's [`super::MAX_PAGES`]) sizes them: 128 KiB per CPU per image.
+pub const RING_MAX_PAGES: u16 = 32;
+
+/// Which transport carries a session's requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportInfo {
+    /// Whether the ring carries them (else /dev/fuse).
+    pub uring: bool,
+    /// Bytes of the ring's buffers and queues (0 on /dev/fuse).
+    pub ring_memory: usize,
+    /// Requests answered over the ring so far.
+    pub ring_requests: u64,
+}
+
+impl TransportInfo {
+    /// "io-uring" or "dev-fuse".
+    pub fn name(&self) -> &'static str {
+        if self.uring {
+            "io-uring"
+        } else {
+            "dev-fuse"
+        }
+    }
+}
+
+/// Which transport a running session uses, readable from outside it (a daemon's `status`).
+/// Clones see the same session.
+#[derive(Debug, Clone, Default)]
+pub struct TransportProbe {
+    ring: Option<Arc<RingState>>,
+}
+
+impl TransportProbe {
+    pub(crate) fn new(ring: Option<Arc<RingState>>) -> Self {
+        TransportProbe { ring }
+    }
+
+    /// The transport in use now (/dev/fuse until INIT accepted the ring).
+    pub fn info(&self) -> TransportInfo {
+        self.ring
+            .as_ref()
+            .map_or_else(TransportInfo::default, |ring| ring.info())
+    }
+}
+
+/// A session's ring: what was asked, and the transport once INIT accepted it.
+pub(crate) struct RingState {
+    mode: UringMode,
+    /// The connection's first descriptor, on which the ring is registered.
+    device: Arc<OwnedFd>,
+    transport: Mutex<Option<Transport>>,
+}
+
+impl std::fmt::Debug for RingState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingState")
+            .field("mode", &self.mode)
+            .field("transport", &self.info())
+            .finish()
+    }
+}
+
+impl RingState {
+    pub(crate) fn new(mode: UringMode, device: Arc<OwnedFd>) -> Self {
+        RingState {
+            mode,
+            device,
+            transport: Mutex::new(None),
+        }
+    }
+
+    /// The transport in use.
+    pub(crate) fn info(&self) -> TransportInfo {
+        let guard = self.transport.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(transport) => TransportInfo {
+                uring: true,
+                ring_memory: ring_memory(transport.config()),
+                ring_requests: transport.stats().requests(),
+            },
+            None => TransportInfo::default(),
+        }
+    }
+
+    /// Ends the ring's threads (after the connection ended, they have ended by themselves).
+    pub(crate) fn shutdown(&self) {
+        let transport = self
+            .transport
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(transport) = transport {
+            let end = transport.shutdown();
+            for error in end.errors {
+                tracing::warn!("FUSE over io_uring: {error}");
+            }
+        }
+    }
+
+    /// Whether `request` is an INIT this state must answer (the ring is not off).
+    pub(crate) fn takes_init(&self, request: &[u8]) -> bool {
+        self.mode != UringMode::Off && opcode(request) == Some(FUSE_INIT)
+    }
+
+    /// Answers INIT on `device`: prepares the ring before the answer if the kernel offers it,
+    /// accepts it in the answer only if that worked, registers it after. Any failure leaves
+    /// the connection on /dev/fuse, with one log line.
+    pub(crate) fn answer_init<F: FuseFilesystem>(
+        &self,
+        dispatcher: &Arc<Dispatcher<F>>,
+        request: &[u8],
+        send: impl FnOnce(&[IoSlice<'_>]),
+    ) {
+        let offered = init_flags(request).is_some_and(|(f, f2)| init_offers_uring(f, f2));
+        let prepared = if offered {
+            let handler = Arc::new(RingHandler {
+                dispatcher: dispatcher.clone(),
+            });
+            UringConfig::for_init(RING_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
+                .and_then(|config| Transport::prepare(self.device.as_fd(), &config, handler))
+                .map_err(|e| tracing::warn!("{e}; serving over /dev/fuse instead"))
+                .ok()
+        } else {
+            if self.mode == UringMode::On {
+                tracing::warn!(
+                    "uring=on but the kernel's INIT does not offer FUSE over io_uring; \
+                     serving over /dev/fuse"
+                );
+            }
+            None
+        };
+        let answer = match prepared {
+            Some(_) => dispatcher.dispatch_accepting_ring(request, RING_MAX_PAGES),
+            None => dispatcher.dispatch(request),
+        };
+        let Some(answer) = answer else { return };
+        send(&answer.io_slices());
+        let accepted = answer.errno() == 0;
+        answer.replied();
+        if let (Some(prepared), true) = (prepared, accepted) {
+            match prepared.register() {
+                Ok(transport) => {
+                    *self.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport)
+                }
+                Err(e) => tracing::warn!("{e}; the kernel serves over /dev/fuse instead"),
+            }
+        }
+    }
+}
+
+/// `FUSE_INIT`.
+const FUSE_INIT: u32 = 26;
+
+fn opcode(request: &[u8]) -> Option<u32> {
+    let bytes = request.get(4..8)?;
+    Some(u32::from_ne_bytes(bytes.try_into().ok()?))
+}
+
+/// `fuse_init_in.flags` and `flags2` (0 from a kernel too old to send it).
+fn init_flags(request: &[u8]) -> Option<(u32, u32)> {
+    let word = |at: usize| -> Option<u32> {
+        let bytes = request.get(IN_HEADER_SIZE + at..IN_HEADER_SIZE + at + 4)?;
+        Some(u32::from_ne_bytes(bytes.try_into().ok()?))
+    };
+    Some((word(12)?, word(16).unwrap_or(0)))
+}
+
+thread_local! {
+    /// One ring request reassembled as /dev/fuse would send it, reused by each queue thread.
+    static REQUEST: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs a session's dispatcher on the ring's requests.
+struct RingHandler<F> {
+    dispatcher: Arc<Dispatcher<F>>,
+}
+
+impl<F: FuseFilesystem> Handler for RingHandler<F> {
+    fn handle(&self, request: &squashd_fuse_uring::Request<'_>, reply: &mut dyn ReplyWriter) {
+        REQUEST.with_borrow_mut(|bytes| {
+            // The dispatcher parses requests as /dev/fuse sends them: the header, then the in
+            // arguments in one piece; the ring splits them at the first argument.
+            bytes.clear();
+            let len = IN_HEADER_SIZE + request.op_in.len() + request.payload.len();
+            let mut header = request.header;
+            header.len = u32::try_from(len).unwrap_or(u32::MAX);
+            bytes.extend_from_slice(&header.to_bytes());
+            bytes.extend_from_slice(request.op_in);
+            bytes.extend_from_slice(request.payload);
+            let Some(answer) = self.dispatcher.dispatch(bytes) else {
+                // Only FORGET and INTERRUPT take no answer, and they never come over the ring.
+                let _ = reply.error(libc::EIO);
+                return;
+            };
+            let sent = match answer.errno() {
+                0 => reply.ok(&[answer.body()]),
+                errno => reply.error(errno),
+            };
+            if let Err(e) = sent {
+                tracing::debug!("FUSE answer to request {}: {e}", answer.unique());
+            }
+            // The answer is in the entry's buffers: the queue commits it when this returns,
+            // before which the kernel's pages of a read are still locked. `replied` only hands
+            // page-cache stores to the page store's worker (which waits for those locks) and
+            // ends a directory's listing turn, so it can run first.
+            answer.replied();
+        });
+    }
+}

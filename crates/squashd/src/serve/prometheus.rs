@@ -280,6 +280,8 @@ mod tests {
             engine: "kernel".into(),
             translation: None,
             remote: None,
+            verity: None,
+            verity_failures: 0,
             size_bytes: 4096,
             inodes: 3,
             open_handles: 1,

@@ -181,6 +181,15 @@ impl VeritySource {
         };
         // The top of the tree, against the root hash: a wrong root hash refuses the image.
         match state.geometry.levels.len() {
+            // One data block and no hash block: the root hash is that block's.
+            0 if state.params.data_blocks > 0 => {
+                let mut block = vec![0u8; state.params.data_block_size as usize];
+                state
+                    .data
+                    .read_exact_at(&mut block, state.data_start)
+                    .map_err(VerityError::Io)?;
+                state.check_data_block(0, &block)?;
+            }
             0 => {}
             levels => {
                 state.hash_block(levels - 1, 0)?;

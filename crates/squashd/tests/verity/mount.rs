@@ -195,36 +195,43 @@ fn a_wrong_root_hash_refuses_the_mount_with_one_line() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // More than one 4 KiB block: the root hash is then checked against the tree's top
-    // block at open.
+    // An image of one 4 KiB block (whose tree has no hash block: the root hash is the
+    // block's), and one of many.
+    let tiny_dir = dir.path().join("tiny");
+    fs::create_dir(&tiny_dir).unwrap();
+    let tiny = testkit::image_of_files(&tiny_dir, &[("a", b"a")], &[]);
+    assert_eq!(fs::metadata(&tiny).unwrap().len(), 4096);
     let a = noise(3, 64 << 10);
     let image = testkit::image_of_files(dir.path(), &[("a", &a)], &[]);
-    let root = sidecars(&image);
-    let mut wrong = root.clone().into_bytes();
-    wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
-    let wrong = String::from_utf8(wrong).unwrap();
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    for opts in [
-        format!("roothash={wrong}"),
-        format!("fuse,roothash={wrong}"),
-    ] {
-        let out = squashd(&[
-            OsStr::new("mount"),
-            image.as_os_str(),
-            mnt.as_os_str(),
-            OsStr::new("-o"),
-            OsStr::new(&opts),
-        ]);
-        let _guard = MountGuard(mnt.clone());
-        assert!(!out.status.success(), "{opts}: {out:?}");
-        let err = text(&out.stderr);
-        assert_eq!(err.trim_end().lines().count(), 1, "{opts}: {err}");
-        assert!(
-            err.contains("root hash") && err.contains(&wrong),
-            "{opts}: {err}"
-        );
-        assert!(!is_mounted(&mnt), "{opts}: mounted");
+    let mut root = String::new();
+    for image in [&tiny, &image] {
+        root = sidecars(image);
+        let mut wrong = root.clone().into_bytes();
+        wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
+        let wrong = String::from_utf8(wrong).unwrap();
+        for opts in [
+            format!("roothash={wrong}"),
+            format!("fuse,roothash={wrong}"),
+        ] {
+            let out = squashd(&[
+                OsStr::new("mount"),
+                image.as_os_str(),
+                mnt.as_os_str(),
+                OsStr::new("-o"),
+                OsStr::new(&opts),
+            ]);
+            let _guard = MountGuard(mnt.clone());
+            assert!(!out.status.success(), "{opts}: {out:?}");
+            let err = text(&out.stderr);
+            assert_eq!(err.trim_end().lines().count(), 1, "{opts}: {err}");
+            assert!(
+                err.contains("root hash does not match") && err.contains(&wrong),
+                "{opts}: {err}"
+            );
+            assert!(!is_mounted(&mnt), "{opts}: mounted");
+        }
     }
     // The right one (given, or found beside it) mounts.
     let guard = mount(

@@ -104,18 +104,6 @@ pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-#[cfg(test)]
-mod hex_tests {
-    #[test]
-    fn errors_do_not_repeat_the_text() {
-        for bad in ["secret!", "root:x:0:0:root:/root:/bin/bash\n"] {
-            let e = super::from_hex(bad).unwrap_err();
-            assert!(!e.contains("secret") && !e.contains("root"), "{e}");
-        }
-        assert_eq!(super::from_hex(" 0aff\n").unwrap(), [0x0a, 0xff]);
-    }
-}
-
 /// A tree `veritysetup format` would write for `data`, as a hash device: the superblock (when
 /// `superblock`) at `hash_offset`, the tree after it; bytes before `hash_offset` are zero. The
 /// second value is the root hash.
@@ -172,4 +160,16 @@ pub fn build_tree(
         .copied()
         .ok_or_else(|| VerityError::Params("the tree covers no data block".into()))?;
     Ok((device, root))
+}
+
+#[cfg(test)]
+mod hex_tests {
+    #[test]
+    fn errors_do_not_repeat_the_text() {
+        for bad in ["secret!", "root:x:0:0:root:/root:/bin/bash\n"] {
+            let e = super::from_hex(bad).unwrap_err();
+            assert!(!e.contains("secret") && !e.contains("root"), "{e}");
+        }
+        assert_eq!(super::from_hex(" 0aff\n").unwrap(), [0x0a, 0xff]);
+    }
 }

@@ -121,6 +121,7 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
         options.partition,
         &options.remote,
     )?;
+    let (opened, verified) = crate::verity::verify_opened(opened, &image_path, &options.verity)?;
     options.open.offset = opened.offset;
     let image_path = PathBuf::from(&*opened.name);
     if !options.gave("fsname") {
@@ -143,6 +144,7 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
         image_path,
         image,
         remote,
+        verified,
         options,
         given: args.options.clone(),
         ready_fd,
@@ -168,6 +170,8 @@ pub(crate) struct LoneMount {
     pub(crate) image: Image,
     /// Its source, when remote.
     pub(crate) remote: Option<squashd_remote::RemoteSource>,
+    /// How it is checked against its dm-verity tree, when it is.
+    pub(crate) verified: Option<crate::verity::Verified>,
     pub(crate) options: Options,
     /// The options as given, for `status`.
     pub(crate) given: Vec<String>,
@@ -192,6 +196,7 @@ impl LoneMount {
             image_path,
             image,
             remote,
+            verified,
             options,
             given,
             ready_fd,
@@ -206,6 +211,7 @@ impl LoneMount {
             options: given,
             image,
             remote,
+            verified,
             file_id: None,
             probe,
             since: std::time::Instant::now(),

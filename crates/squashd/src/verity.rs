@@ -22,8 +22,7 @@ pub(crate) struct Verified {
     /// The checking source (the image reads through a clone of it): `squashd verify` checks
     /// every block with it.
     pub(crate) source: VeritySource,
-    /// Its counters, for `status` (read by the mount funnel once it wires verity in).
-    #[allow(dead_code)]
+    /// Its counters, for `status`.
     pub(crate) handle: VerityHandle,
     /// Where the root hash came from.
     pub(crate) root_hash_from: RootHashSource,

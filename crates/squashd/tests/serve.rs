@@ -1335,3 +1335,6 @@ mod log_quoting;
 
 #[path = "serve/fallback.rs"]
 mod fallback;
+
+#[path = "serve/verity.rs"]
+mod verity;

@@ -12,6 +12,8 @@ use testkit::{Built, TreeOptions};
 
 #[path = "verity/ddi.rs"]
 mod ddi;
+#[path = "verity/mount.rs"]
+mod mount;
 #[path = "verity/remote.rs"]
 mod remote;
 

@@ -85,16 +85,21 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// The bytes of a hex string (white space around it ignored), or why not.
 pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
+    // The errors do not repeat the text: it may come from a file the caller cannot read (a
+    // daemon reads IMAGE.roothash for a user, and its error goes back to that user).
     let text = text.trim();
     if text.len() % 2 != 0 {
-        return Err(format!("{text:?} has an odd number of hex digits"));
+        return Err(format!(
+            "{} characters: an odd number of hex digits",
+            text.len()
+        ));
     }
     (0..text.len())
         .step_by(2)
         .map(|i| {
             text.get(i..i + 2)
                 .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-                .ok_or_else(|| format!("{text:?} is not hex"))
+                .ok_or_else(|| format!("not hex (at character {i})"))
         })
         .collect()
 }
@@ -155,4 +160,16 @@ pub fn build_tree(
         .copied()
         .ok_or_else(|| VerityError::Params("the tree covers no data block".into()))?;
     Ok((device, root))
+}
+
+#[cfg(test)]
+mod hex_tests {
+    #[test]
+    fn errors_do_not_repeat_the_text() {
+        for bad in ["secret!", "root:x:0:0:root:/root:/bin/bash\n"] {
+            let e = super::from_hex(bad).unwrap_err();
+            assert!(!e.contains("secret") && !e.contains("root"), "{e}");
+        }
+        assert_eq!(super::from_hex(" 0aff\n").unwrap(), [0x0a, 0xff]);
+    }
 }

@@ -98,14 +98,7 @@ fn describe_bad_block(hash_block: bool, block: u64, position: u64, root: bool) -
 impl VerityError {
     /// Whether the root hash itself failed: the image must not be opened.
     pub fn is_root_mismatch(&self) -> bool {
-        matches!(
-            self,
-            VerityError::BadBlock {
-                hash_block: true,
-                root: true,
-                ..
-            }
-        )
+        matches!(self, VerityError::BadBlock { root: true, .. })
     }
 
     /// As the I/O error of the read that needed the block (EIO on a mount); the image's name

@@ -11,7 +11,7 @@ use crate::source::Source;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a tree is and what it must hash to.
@@ -60,6 +60,9 @@ struct VerityState {
     hash_block_loads: AtomicU64,
     /// Blocks whose failure was logged: each is logged once (at most `MAX_LOGGED`).
     logged: Mutex<HashSet<(bool, u64)>>,
+    /// Whether the source is open: a failure while it is being opened (a wrong root hash) is
+    /// the opener's error to report, in one line, not logged here too.
+    open: AtomicBool,
 }
 
 const MAX_LOGGED: usize = 1024;
@@ -174,14 +177,25 @@ impl VeritySource {
             failures: AtomicU64::new(0),
             hash_block_loads: AtomicU64::new(0),
             logged: Mutex::new(HashSet::new()),
+            open: AtomicBool::new(false),
         };
         // The top of the tree, against the root hash: a wrong root hash refuses the image.
         match state.geometry.levels.len() {
+            // One data block and no hash block: the root hash is that block's.
+            0 if state.params.data_blocks > 0 => {
+                let mut block = vec![0u8; state.params.data_block_size as usize];
+                state
+                    .data
+                    .read_exact_at(&mut block, state.data_start)
+                    .map_err(VerityError::Io)?;
+                state.check_data_block(0, &block)?;
+            }
             0 => {}
             levels => {
                 state.hash_block(levels - 1, 0)?;
             }
         }
+        state.open.store(true, Ordering::Release);
         Ok(VeritySource {
             state: Arc::new(state),
         })
@@ -273,6 +287,9 @@ impl VerityState {
             hash_block, block, ..
         } = &error
         {
+            if !self.open.load(Ordering::Acquire) {
+                return error;
+            }
             let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
             if logged.len() < MAX_LOGGED && logged.insert((*hash_block, *block)) {
                 tracing::error!("{}: {error}", self.name);

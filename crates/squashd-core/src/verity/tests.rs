@@ -274,3 +274,22 @@ fn hostile_parameters_are_errors_not_panics() {
         "tree cut short"
     );
 }
+
+#[test]
+fn a_wrong_root_hash_of_a_one_block_image_refuses_to_open() {
+    let data = pattern(4096);
+    let params = TreeParams::new(1, b"pepper".to_vec());
+    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
+    let mut location = TreeLocation {
+        params,
+        hash_offset: 0,
+        superblock: true,
+        root_hash: root.as_bytes().to_vec(),
+    };
+    let source = open(data.clone(), 0, tree.clone(), &location).unwrap();
+    assert_eq!(source.stats().verified_blocks, 1);
+    location.root_hash[0] ^= 1;
+    let e = open(data, 0, tree, &location).unwrap_err();
+    assert!(e.is_root_mismatch(), "{e}");
+    assert!(e.to_string().contains("root hash does not match"), "{e}");
+}

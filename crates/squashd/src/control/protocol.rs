@@ -152,6 +152,13 @@ pub struct ImageStatus {
     /// For a remote image: what fetching it has cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteStatus>,
+    /// Whether its bytes are checked against a dm-verity tree, and how that goes (absent: not
+    /// verified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verity: Option<VerityStatus>,
+    /// Reads of blocks that failed their verity hash (each gave EIO); 0 when not verified.
+    #[serde(default)]
+    pub verity_failures: u64,
     /// Size of the image in bytes.
     pub size_bytes: u64,
     /// Number of inodes.
@@ -193,6 +200,29 @@ pub struct ReadAheadStatus {
     /// Reads of a stream whose read-ahead was cut to one block per read-ahead thread because
     /// the CPUs were busy.
     pub busy_cuts: u64,
+}
+
+/// How an image is checked against its dm-verity tree.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VerityStatus {
+    /// The root hash, in hex.
+    pub root_hash: String,
+    /// Where it came from: "the roothash option", a file beside the image, an xattr, a disk
+    /// image's -verity-sig partition.
+    pub root_hash_from: String,
+    /// The subject of the trusted certificate that signed the root hash, if it was signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
+    /// Data blocks the tree covers.
+    pub data_blocks: u64,
+    /// Data blocks checked and found good so far.
+    pub verified_blocks: u64,
+    /// Hash blocks read from the tree and checked.
+    pub hash_block_loads: u64,
+    /// Bytes of checked hash blocks held in memory.
+    pub hash_cache_bytes: u64,
+    /// Bytes of the bitmap of checked data blocks.
+    pub bitmap_bytes: u64,
 }
 
 /// What fetching a remote image has cost.

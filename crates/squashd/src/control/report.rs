@@ -3,7 +3,7 @@
 
 use super::protocol::{
     DiskCacheStatus, ImageStatus, ReadAheadStatus, RemoteStatus, Status, Tier, TierSet,
-    TranslationStatus,
+    TranslationStatus, VerityStatus,
 };
 use squashd_core::{CacheStats, Image, ImageStats, ReadAheadStats};
 use squashd_fuse::MountProbe;
@@ -23,6 +23,8 @@ pub(crate) struct ServedImage {
     pub(crate) image: Image,
     /// Its source, when the image is remote: what fetching it costs.
     pub(crate) remote: Option<squashd_remote::RemoteSource>,
+    /// How it is checked against its dm-verity tree, when it is.
+    pub(crate) verified: Option<crate::verity::Verified>,
     /// The device and inode of the file opened, to tell when the path names another file.
     pub(crate) file_id: Option<FileId>,
     /// Its mount's live figures.
@@ -319,8 +321,18 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
     let failed_loads =
         stats.metadata.load_failures + stats.data.load_failures + stats.compressed.load_failures;
     let errors = served.probe.failed_requests();
+    let verity = served.verified.as_ref().map(verity_status);
+    let verity_failures = verity.as_ref().map_or(0, |(_, failures)| *failures);
     let failed = (errors > 0 || failed_loads > 0)
         .then(|| format!("{errors} requests failed with EIO, {failed_loads} block reads failed"));
+    // A block that failed its hash says more than the EIO it gave.
+    let failed = match verity_failures {
+        0 => failed,
+        n => Some(format!(
+            "verity failures: {n} reads of blocks that failed their hash (the image file \
+             changed or is corrupt; {errors} requests failed with EIO)"
+        )),
+    };
     let (health, file) = match &served.remote {
         Some(remote) => (remote.broken().or(failed), None),
         None => (
@@ -345,6 +357,8 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),
         remote: served.remote.as_ref().map(remote_status),
+        verity: verity.map(|(status, _)| status),
+        verity_failures,
         size_bytes: sb.bytes_used,
         inodes: sb.inode_count,
         open_handles: served.probe.open_handles(),
@@ -372,6 +386,22 @@ fn file_problem(path: &Path, file_id: Option<FileId>, needed: u64) -> Option<Str
         )),
         Ok(_) => None,
     }
+}
+
+/// How a verified image is checked, and its failures.
+fn verity_status(verified: &crate::verity::Verified) -> (VerityStatus, u64) {
+    let stats = verified.handle.stats();
+    let status = VerityStatus {
+        root_hash: verified.root_hash.clone(),
+        root_hash_from: verified.root_hash_from.to_string(),
+        signed_by: verified.signed_by.clone(),
+        data_blocks: stats.data_blocks,
+        verified_blocks: stats.verified_blocks,
+        hash_block_loads: stats.hash_block_loads,
+        hash_cache_bytes: stats.hash_cache_bytes,
+        bitmap_bytes: stats.bitmap_bytes,
+    };
+    (status, stats.failures)
 }
 
 /// What fetching a remote image has cost.

@@ -14,12 +14,20 @@ mod paths;
 mod table;
 #[cfg(test)]
 mod tests;
+mod verity;
 
 pub(crate) use flags::MountFlags;
 pub(crate) use table::{DefaultValue, OptionSpec, Value, OPTIONS};
+pub(crate) use verity::VERITY_OPTIONS;
+
+/// Every mount option: [`OPTIONS`], then the verity group ([`VERITY_OPTIONS`]).
+pub(crate) fn all_options() -> impl Iterator<Item = &'static OptionSpec> {
+    OPTIONS.iter().chain(VERITY_OPTIONS)
+}
 
 use crate::cli::UsageError;
 use crate::size::parse_size;
+use squashd_core::verity::VerityOptions;
 use squashd_core::OpenOptions;
 use squashd_fuse::MountOwner;
 use std::collections::BTreeSet;
@@ -90,6 +98,9 @@ pub(crate) struct Options {
     pub(crate) engine: Engine,
     /// How the image is opened: offset, cache budgets.
     pub(crate) open: OpenOptions,
+    /// How the image is checked against its dm-verity tree as it is opened (`verity=`,
+    /// `roothash=`...: [`VERITY_OPTIONS`]).
+    pub(crate) verity: VerityOptions,
     /// Serve this directory of the image as the root (`subdir=`), relative to the image's root.
     pub(crate) subdir: Option<PathBuf>,
     /// Show every file as owned by this user id (`uid=`).
@@ -152,6 +163,7 @@ impl Options {
         let mut options = Options {
             engine: Engine::Auto,
             open: OpenOptions::default(),
+            verity: VerityOptions::default(),
             subdir: None,
             uid: None,
             gid: None,
@@ -171,7 +183,7 @@ impl Options {
             partition: None,
             given: BTreeSet::new(),
         };
-        for spec in OPTIONS {
+        for spec in all_options() {
             let default = match (spec.default, context) {
                 (DefaultValue::Value(text), _) => text.to_string(),
                 (DefaultValue::ByContext { lone, .. }, Context::LoneMount) => lone(),
@@ -187,7 +199,7 @@ impl Options {
                 Some((k, v)) => (k, Some(v)),
                 None => (option, None),
             };
-            match OPTIONS.iter().find(|s| s.name == key) {
+            match all_options().find(|s| s.name == key) {
                 Some(spec) => {
                     options.set(spec, value)?;
                     options.given.insert(spec.name);
@@ -216,8 +228,7 @@ impl Options {
 
     /// The first option given that only root may give, and why (see [`OptionSpec::root_only`]).
     pub(crate) fn gave_root_only(&self) -> Option<(&'static str, &'static str)> {
-        OPTIONS
-            .iter()
+        all_options()
             .filter(|spec| self.gave(spec.name))
             .find_map(|spec| spec.root_only.map(|why| (spec.name, why)))
     }
@@ -273,10 +284,10 @@ pub(crate) fn is_ignored(option: &str) -> bool {
     IGNORED.contains(&option) || IGNORED_PREFIXES.iter().any(|p| option.starts_with(p))
 }
 
-/// The options section of `squashd mount --help`, made from [`OPTIONS`] and [`IGNORED`].
+/// The options section of `squashd mount --help`, made from [`all_options`] and [`IGNORED`].
 pub(crate) fn help() -> String {
     let mut text = String::from("Mount options (-o, comma-separated; may be repeated):\n");
-    for spec in OPTIONS {
+    for spec in all_options() {
         let head = format!("{}{}", spec.name, spec.value.placeholder());
         let _ = write!(text, "  {head:<24} {}", spec.help);
         match spec.default {

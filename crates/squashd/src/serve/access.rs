@@ -73,6 +73,9 @@ pub(crate) struct Grant {
     pub(crate) options: Vec<String>,
     /// The user it is attached for (None: root or the daemon itself).
     pub(crate) owner: Option<u32>,
+    /// The files the verity options name, opened with the user's rights (the options then
+    /// name them as `/proc/self/fd/N`): held until the image is opened.
+    pub(crate) verity_files: Vec<OwnedFd>,
 }
 
 /// The error of opening `path`, the `noun` of an attach: "not found", "is not a directory", or
@@ -143,6 +146,7 @@ impl AccessLimits {
         }
         .map_err(|e| open_error(e, mountpoint, "mount point"))?;
         let mut options = options.to_vec();
+        let mut verity_files = Vec::new();
         let owner = if privileged {
             None
         } else {
@@ -170,6 +174,7 @@ impl AccessLimits {
                 "allow_mount_prefixes",
             )?;
             check_user_options(parsed, uid)?;
+            verity_files = open_verity_files(user, parsed, &image_path)?;
             if held >= self.max_images_per_user {
                 bail!(
                     "permission denied: uid {uid} already has {held} images attached (max_images_per_user = {})",
@@ -188,8 +193,72 @@ impl AccessLimits {
             mount_dir,
             options,
             owner,
+            verity_files,
         })
     }
+}
+
+/// The files beside an image where verity finds its tree, root hash and signature.
+const VERITY_SIDECARS: &[&str] = &[
+    ".verity",
+    ".roothash",
+    ".roothash.p7s",
+    ".usrhash",
+    ".usrhash.p7s",
+];
+
+/// A user's verity files: each path the options name is opened with the user's rights and
+/// named in `parsed` as the descriptor opened (the daemon never opens a path a user gave with
+/// its own rights); refused if the user could not open it, or it is not a regular file. The
+/// files verity would find beside the image must be readable by the user too.
+fn open_verity_files(
+    user: MountOwner,
+    parsed: &mut Options,
+    image_path: &Path,
+) -> anyhow::Result<Vec<OwnedFd>> {
+    use squashd_core::verity::VerityMode;
+    use std::os::fd::AsRawFd;
+    let uid = user.uid;
+    let mut opened = Vec::new();
+    for path in [
+        &mut parsed.verity.verity_data,
+        &mut parsed.verity.root_hash_sig,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let fd = super::as_user::open_file(user, path).map_err(|e| {
+            anyhow::anyhow!(
+                "permission denied: uid {uid} cannot read {}: {e}",
+                path.display()
+            )
+        })?;
+        let regular = fstat(fd.as_fd()).is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
+        });
+        if !regular {
+            bail!("{}: not a regular file", path.display());
+        }
+        *path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        opened.push(fd);
+    }
+    if parsed.verity.mode != VerityMode::Off {
+        for suffix in VERITY_SIDECARS {
+            let mut name = image_path.as_os_str().to_os_string();
+            name.push(suffix);
+            let sidecar = PathBuf::from(name);
+            match super::as_user::open_file(user, &sidecar) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => bail!(
+                    "permission denied: uid {uid} cannot read {}: {e} (verity would use it; \
+                     give verity=off to mount the image unverified)",
+                    sidecar.display()
+                ),
+            }
+        }
+    }
+    Ok(opened)
 }
 
 /// The passed descriptor must be a regular file open for reading.

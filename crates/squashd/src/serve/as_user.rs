@@ -98,6 +98,25 @@ pub(crate) fn open_dir(user: MountOwner, path: &Path) -> io::Result<OpenedDir> {
     })
 }
 
+/// Opens the file `path` for reading (following symbolic links) as `user` would: the
+/// descriptor the daemon then reads is one the user could have opened.
+pub(crate) fn open_file(user: MountOwner, path: &Path) -> io::Result<OwnedFd> {
+    let path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let (report, fd) = in_child(user, OPEN_TIMEOUT, &|sock| {
+        // SAFETY: a raw open of `path`, prepared before the fork; async-signal-safe.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return child_send(sock, errno_report(), None);
+        }
+        child_send(sock, Report::default(), Some(fd))
+    })?;
+    if report.errno != 0 {
+        return Err(io::Error::from_raw_os_error(report.errno));
+    }
+    fd.ok_or_else(|| io::Error::other("the opening helper sent no descriptor"))
+}
+
 /// Whether the new mount on `mountpoint` answers `user` within `timeout`: the test of
 /// [`crate::readiness::root_answers`] (the root stats as node 1, and lists), made in system
 /// calls a forked child may make. Root cannot make it: the kernel refuses root a user's mount

@@ -238,6 +238,23 @@ fn print_table(s: &Status) {
                 i.ring_requests
             );
         }
+        if let Some(v) = &i.verity {
+            println!(
+                "{:<width$} verity: root hash {} from {}{}; {} of {} blocks checked, {} failed; \
+                 {} in memory (bitmap and hash blocks)",
+                "",
+                v.root_hash,
+                quote::one_line(&v.root_hash_from),
+                v.signed_by
+                    .as_ref()
+                    .map(|s| format!(", signed by {}", quote::one_line(s)))
+                    .unwrap_or_default(),
+                v.verified_blocks,
+                v.data_blocks,
+                i.verity_failures,
+                mib(v.bitmap_bytes + v.hash_cache_bytes)
+            );
+        }
         if let Some(r) = &i.remote {
             println!(
                 "{:<width$} remote: fetched {} in {} requests ({} retries, {} failed), {} units prefetched, \

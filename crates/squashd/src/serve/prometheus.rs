@@ -106,6 +106,11 @@ pub(super) fn render(status: &Status) -> String {
             "Requests that failed with EIO.",
         ),
         Family::new(
+            "squashd_image_verity_failures_total",
+            "counter",
+            "Reads of blocks that failed their dm-verity hash (0 for an image not verified).",
+        ),
+        Family::new(
             "squashd_image_read_bytes_total",
             "counter",
             "Bytes read from the image file.",
@@ -221,6 +226,7 @@ pub(super) fn render(status: &Status) -> String {
             image.open_handles as f64,
             image.requests as f64,
             image.errors as f64,
+            image.verity_failures as f64,
             image.bytes_read as f64,
             if image.health == "ok" { 1.0 } else { 0.0 },
             image.attached_secs as f64,
@@ -314,6 +320,8 @@ mod tests {
             ring_requests: 0,
             translation: None,
             remote: None,
+            verity: None,
+            verity_failures: 3,
             size_bytes: 4096,
             inodes: 3,
             open_handles: 1,
@@ -336,6 +344,10 @@ mod tests {
         assert!(text.contains(
             "squashd_image_errors_total{mountpoint=\"/mnt/a\\\\b\",image=\"/srv/a \\\"b\\\".sqfs\",engine=\"kernel\"} 2\n"
         ), "{text}");
+        assert!(
+            text.contains("squashd_image_verity_failures_total{mountpoint=\"/mnt/a\\\\b\",image=\"/srv/a \\\"b\\\".sqfs\",engine=\"kernel\"} 3\n"),
+            "{text}"
+        );
         assert!(
             text.contains("squashd_daemon_resident_bytes 123\n"),
             "{text}"

@@ -248,6 +248,8 @@ impl Registry {
                 &self.remote_settings(&parsed),
             )?,
         };
+        let (source, verified) = crate::verity::verify_opened(source, &image_path, &parsed.verity)?;
+        drop(grant.verity_files);
         parsed.open.offset = source.offset;
         // A remote image is shown by its address without secrets.
         let image_path = PathBuf::from(&*source.name);
@@ -279,6 +281,7 @@ impl Registry {
                 options: options.clone(),
                 image: opened,
                 remote,
+                verified,
                 file_id,
                 probe,
                 since: Instant::now(),

@@ -5,7 +5,7 @@
 //! libfuse's high-level ones.
 
 use super::Flavor;
-use crate::options::{is_ignored, OPTIONS};
+use crate::options::{all_options, is_ignored};
 use std::path::PathBuf;
 
 /// What a squashfuse option becomes.
@@ -174,7 +174,7 @@ pub(super) fn translate(options: &[String], flavor: Flavor) -> Result<Translated
         });
         let Some(spec) = spec else {
             // squashd's own options (data_cache=, ...) and what squashd mount ignores.
-            if OPTIONS.iter().any(|s| s.name == name) || is_ignored(option) {
+            if all_options().any(|s| s.name == name) || is_ignored(option) {
                 out.squashd.push(option.clone());
             } else {
                 out.rejected.push(format!("unknown option `{option}'"));

@@ -49,7 +49,7 @@ fn after_help() -> String {
          `mount -t fuse.squashd IMAGE DIR -o OPTIONS` or an /etc/fstab line \
          `/srv/usr.sqfs /mnt/usr fuse.squashd ro,allow_other,nofail 0 0`.\n\n\
          Environment: SQUASHD_LOG sets what is logged to stderr (`debug`, or per target as \
-         in `warn,fuser=debug`; default `warn`). With NOTIFY_SOCKET set (systemd \
+         in `warn,squashd_fuse=debug`; default `warn`). With NOTIFY_SOCKET set (systemd \
          Type=notify), READY=1 is sent once the mount answers.",
         crate::options::help()
     )

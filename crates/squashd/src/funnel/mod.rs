@@ -148,8 +148,8 @@ fn mount_fuse(
     Ok((mounted, probe))
 }
 
-/// A mount refused for want of /dev/fuse names /dev/fuse: fuser opens it before it mounts (or
-/// asks fusermount3), and its "Permission denied" otherwise reads as if the mount point were at
+/// A mount refused for want of /dev/fuse names /dev/fuse: the session opens it before it mounts
+/// (or asks fusermount3), and its "Permission denied" otherwise reads as if the mount point were at
 /// fault. Distributions ship /dev/fuse as mode 0666; some machines have it 0600.
 fn explain_mount_error(e: MountError) -> anyhow::Error {
     use nix::unistd::AccessFlags;

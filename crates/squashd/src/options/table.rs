@@ -257,8 +257,8 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         value: Value::Number,
         // Dozens of images share the cores under serve: one request thread each (as
         // squashfuse_ll has), rather than a lone mount's per-core pool; `threads=N` gives a
-        // busy image more. Each thread is a clone of /dev/fuse, a stack and fuser's 16 MiB read
-        // buffer: a second one made 69 images slower to be ready, and cold walks gained little
+        // busy image more. Each thread is a clone of /dev/fuse, a stack and a request buffer
+        // (fuser's 16 MiB when this was measured): a second one made 69 images slower to be ready, and cold walks gained little
         // from it (bench/results/notes-from-code-comments.md, "serve: request threads per
         // image"). A lone mount: more threads measured slower for many parallel `find`s
         // ("request threads" there), fewer than 2 leave one reader blocking the rest.

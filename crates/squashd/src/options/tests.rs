@@ -79,6 +79,14 @@ fn every_option_parses_with_a_value_of_its_kind() {
             Value::Size => format!("{}=1MiB", spec.name),
             Value::Number => format!("{}=3", spec.name),
             Value::Seconds => format!("{}=1.5", spec.name),
+            // A choice (`auto|on|off`) takes one of its words; other text is a path or name.
+            Value::Text(choice) if choice.contains('|') => {
+                format!(
+                    "{}={}",
+                    spec.name,
+                    choice.split('|').next().unwrap_or_default()
+                )
+            }
             Value::Text(_) => format!("{}=some/where", spec.name),
         };
         let o = parse(&[&given]).unwrap_or_else(|e| panic!("{given}: {e}"));

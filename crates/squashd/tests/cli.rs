@@ -830,6 +830,11 @@ fn mount_help_lists_every_option_the_readme_and_the_parser_know() {
             "SIZE" => format!("{name}=1MiB"),
             "N" => format!("{name}=2"),
             "SECONDS" => format!("{name}=1.5"),
+            "BYTES" => format!("{name}=4096"),
+            // The verity options' values (checked further by tests/verity.rs).
+            "MODE" => format!("{name}=auto"),
+            "HEX" => format!("{name}={}", "ab".repeat(32)),
+            "ALG" => format!("{name}=sha256"),
             // A choice (`auto|on|off`): its first.
             choice if choice.contains('|') => {
                 format!("{name}={}", choice.split('|').next().unwrap_or_default())

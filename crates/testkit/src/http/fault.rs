@@ -48,6 +48,9 @@ pub struct Stats {
     pub truncations: u64,
     /// Answers 412 to an `If-Match` that did not match.
     pub precondition_failed: u64,
+    /// Requests for another path (e.g. `IMAGE.roothash` beside the image), answered 404 and
+    /// counted here only: the other counters and the fault plan are the object's.
+    pub other_paths: u64,
 }
 
 /// A fault that ends the next `responses` bodies after `after` bytes.

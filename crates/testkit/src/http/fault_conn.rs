@@ -102,6 +102,12 @@ fn read_request(reader: &mut impl BufRead) -> Result<Option<Request>, ()> {
 /// Answers one request; Ok(true) when the connection can serve another.
 fn answer(mut stream: &TcpStream, shared: &Shared, request: &Request) -> std::io::Result<bool> {
     let is_head = request.method == "HEAD";
+    let keep = request.keep_alive && !request.has_body;
+    if request.path != shared.path {
+        shared.state().stats.other_paths += 1;
+        write_head(stream, 404, &[], 0, keep)?;
+        return Ok(keep);
+    }
     let (object, etag, delay, fail, asked) = {
         let mut state = shared.state();
         state.stats.requests += 1;
@@ -132,7 +138,6 @@ fn answer(mut stream: &TcpStream, shared: &Shared, request: &Request) -> std::io
         (state.object.clone(), state.etag.clone(), delay, fail, asked)
     };
     shared.sleep(delay);
-    let keep = request.keep_alive && !request.has_body;
     if let Some(status) = fail {
         let body = b"injected failure\n";
         write_head(stream, status, &[], body.len() as u64, keep)?;
@@ -148,10 +153,6 @@ fn answer(mut stream: &TcpStream, shared: &Shared, request: &Request) -> std::io
     }
     if !is_head && request.method != "GET" {
         write_head(stream, 405, &[("Allow", "GET, HEAD".into())], 0, keep)?;
-        return Ok(keep);
-    }
-    if request.path != shared.path {
-        write_head(stream, 404, &[], 0, keep)?;
         return Ok(keep);
     }
     let len = object.len() as u64;

@@ -4,7 +4,7 @@
 use crate::shared::Shared;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use squashd_core::prefetch::ReadState;
+use squashd_core::read_ahead::ReadState;
 use squashd_core::FileReader;
 use std::sync::Arc;
 

@@ -145,7 +145,7 @@ impl NativeImage {
             read_ahead.unwrap_or_else(squashd_core::cores)
         };
         if opened.remote.is_none() && !is_python_file {
-            image.read_ahead_metadata();
+            image.prefetch_metadata();
         }
         let shared = Shared::new(
             image,

@@ -5,7 +5,7 @@ use crate::errors::{OpError, OpResult};
 use crate::resolve::{resolve, resolve_in};
 use crate::siblings::SiblingReadAhead;
 use squashd_core::container::Located;
-use squashd_core::prefetch::{Prefetcher, ReadState};
+use squashd_core::read_ahead::{ReadAheadPool, ReadState};
 use squashd_core::{FileReader, Image, Inode};
 use squashd_remote::RemoteSource;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,7 @@ pub struct Shared {
     /// Where its container said it is.
     pub located: Option<Located>,
     /// Decompression ahead of sequential readers; `None` when read-ahead is off.
-    pub prefetch: Option<Prefetcher>,
+    pub prefetch: Option<ReadAheadPool>,
     /// Decompression of the next files of a directory read file after file; `None` when
     /// read-ahead is off.
     pub siblings: Option<SiblingReadAhead>,
@@ -49,7 +49,7 @@ impl Drop for Shared {
             .name("squashd-close".into())
             .spawn(move || {
                 if let Ok(pools) = rx.recv() {
-                    drop::<(Option<Prefetcher>, Option<SiblingReadAhead>)>(pools);
+                    drop::<(Option<ReadAheadPool>, Option<SiblingReadAhead>)>(pools);
                 }
             });
         match spawned {
@@ -76,7 +76,7 @@ impl Shared {
         let window = window_bytes / u64::from(image.block_size().max(1));
         Shared {
             prefetch: (threads > 0 && window > 0)
-                .then(|| Prefetcher::new(threads, window, READ_AHEAD_QUEUE)),
+                .then(|| ReadAheadPool::new(threads, window, READ_AHEAD_QUEUE)),
             siblings: (threads > 0).then(|| SiblingReadAhead::new(threads)),
             read_threads: threads.max(1),
             image,

@@ -2,7 +2,7 @@
 //! listing's order (a walk that reads every file: an environment being loaded, a data set being
 //! scanned), gets the next files' blocks decompressed into the data cache by worker threads
 //! while it copies out the current one. Most files of such trees are smaller than a block, so
-//! read-ahead within a file (squashd-core's `prefetch`) has nothing to do for them, and one
+//! read-ahead within a file (squashd-core's `read_ahead`) has nothing to do for them, and one
 //! Python thread would otherwise be held to one core's decompression.
 //!
 //! It starts when a directory's first file is read, or two reads in a row were of neighbours in

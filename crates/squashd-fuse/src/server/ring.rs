@@ -19,11 +19,12 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum UringMode {
     /// When the kernel offers it (`fuse.enable_uring=1`), else /dev/fuse.
-    #[default]
     Auto,
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,
-    /// Never: /dev/fuse only.
+    /// Never: /dev/fuse only. The default: the ring measured slower for 16 parallel cold
+    /// walks on this kernel (bench/results/2026-11-26-fuse-uring.md, "Default").
+    #[default]
     Off,
 }
 

@@ -171,7 +171,7 @@ impl Options {
             allow_root: false,
             owner: None,
             flags: MountFlags::default(),
-            uring: squashd_fuse::server::UringMode::Auto,
+            uring: squashd_fuse::server::UringMode::Off,
             threads: 1,
             prefetch_threads: 0,
             readahead_bytes: 0,

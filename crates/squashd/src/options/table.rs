@@ -236,7 +236,9 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "uring",
         root_only: None,
         value: Value::Text("auto|on|off"),
-        default: DefaultValue::Value("auto"),
+        // Off by default: on this kernel the ring measured slower for parallel cold walks
+        // (bench/results/2026-11-26-fuse-uring.md, "Default").
+        default: DefaultValue::Value("off"),
         help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it, on \
                refuses to mount without it, off keeps /dev/fuse; the admin enables it with \
                fuse.enable_uring=1 on the kernel command line or `echo 1 > \

@@ -1,6 +1,6 @@
 //! `-o uring=`: FUSE over io_uring on a real mount, with the kernel's `enable_uring` turned on
 //! for the test and restored after it (also when it fails). Other tests of this binary run
-//! meanwhile with `uring=auto` and take the ring while it is on, which is what auto means.
+//! meanwhile with the default (`uring=off`), so they stay on /dev/fuse.
 
 use super::*;
 use std::sync::{Mutex, MutexGuard};
@@ -131,7 +131,7 @@ fn uring_on_without_the_kernels_ring_fails_with_how_to_enable_it() {
         "{stderr}"
     );
 
-    // auto (the default) mounts over /dev/fuse.
+    // The default (off) mounts over /dev/fuse.
     let socket = built.scratch("uring-off.sock");
     let guard = mount(&image, &mnt, &format!("fuse,control={}", socket.display()));
     let status = image_status(&socket);

@@ -84,7 +84,7 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     wait_for_no_daemon(&mnt);
     drop(guard);
 
-    // The kernel path (root's default) with the ring on: the blob file system takes it.
+    // The kernel path (root's default) with uring=on: the blob file system takes the ring.
     if !testkit::can_mount_erofs() {
         return;
     }
@@ -93,7 +93,7 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     let guard = mount(
         &image,
         &mnt,
-        &format!("allow_other,control={}", socket.display()),
+        &format!("allow_other,uring=on,control={}", socket.display()),
     );
     assert_eq!(fs_type(&mnt).as_deref(), Some("erofs"));
     testkit::assert_records_eq(

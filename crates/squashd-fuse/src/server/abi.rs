@@ -82,8 +82,8 @@ pub mod init_flags {
     /// `flags2` is valid (the kernel and server speak 7.36 or later).
     pub const INIT_EXT: u64 = 1 << 30;
     /// The kernel can carry requests over io_uring (7.42): offered at INIT when the module
-    /// parameter `enable_uring` is on.
-    pub const OVER_IO_URING: u64 = 1 << 41;
+    /// parameter `enable_uring` is on. The ring transport's crate defines it; one definition.
+    pub const OVER_IO_URING: u64 = squashd_fuse_uring::FUSE_OVER_IO_URING;
 }
 
 /// `fuse_getattr_in.getattr_flags`: `fh` is set.

@@ -9,9 +9,10 @@
 //!   [`Dispatcher::dispatch`], writes the reply's [`Reply::io_slices`] and then calls
 //!   [`Reply::replied`].
 //! - [`dev_fuse`]: the /dev/fuse transport (request threads, one cloned descriptor each) and
-//!   the [`Notifier`] for page-cache stores and invalidations. An io_uring transport
-//!   (FUSE_OVER_IO_URING) would be a second module beside it, calling the same dispatcher
-//!   from its ring entries' completions.
+//!   the [`Notifier`] for page-cache stores and invalidations. The io_uring transport
+//!   (FUSE_OVER_IO_URING, `ring.rs` over the `squashd-fuse-uring` crate) is a second one
+//!   beside it, calling the same dispatcher from its ring entries; /dev/fuse still carries
+//!   FORGET, INTERRUPT and the notifications then.
 //! - [`FuseMount`]: mount(2), or fusermount3 for a user who may not mount.
 //!
 //! Why not a FUSE library: fuser 0.18 owns its transport (no io_uring, whose support is an

@@ -352,6 +352,8 @@ impl Queue {
                     index as u64,
                 );
                 let sent = push_sqe(ring, qid, &sqe).and_then(|()| {
+                    // Submitting runs the commit: the request ends (its caller wakes) in this
+                    // call; the wait for the next request comes after the handler returns.
                     ring.submit().map(|_| ()).map_err(|source| UringError::Io {
                         what: format!("commit an answer on queue {qid}"),
                         source,

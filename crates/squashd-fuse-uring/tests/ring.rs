@@ -330,3 +330,35 @@ fn a_transport_that_cannot_be_prepared_leaves_the_mount_on_dev_fuse() {
     );
     assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn an_answer_committed_early_reaches_the_caller_before_the_handler_returns() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    mount
+        .start_ring(&TestMount::config(1))
+        .expect("start the ring transport");
+    // The handler of /e* commits its answer, then waits for this thread to have it: without
+    // the early commit, the answer would leave only when the handler returns (after 5 s).
+    for n in 0..3 {
+        let started = Instant::now();
+        // stat(2), not std's statx: a statx asking for the birth time costs a FUSE_STATX too,
+        // which this queue could answer only after the handler returns.
+        let path = std::ffi::CString::new(format!("{}/e{n}", mount.path().display())).unwrap();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a stat buffer of the right type.
+        assert_eq!(unsafe { libc::stat(path.as_ptr(), &mut st) }, 0, "stat /e{n}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the answer waited for the handler"
+        );
+        mount.fs.early_seen.store(true, Ordering::Release);
+        let deadline = Instant::now() + BOUND;
+        while mount.fs.early_before_return.load(Ordering::Acquire) < n + 1 {
+            assert!(Instant::now() < deadline, "the handler never saw the answer arrive");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(mount.fs.ring_lookups.load(Ordering::Relaxed) >= 3);
+}

@@ -451,7 +451,9 @@ fn push_sqe(
             source,
         })?;
     }
-    Err(UringError::Config(format!("queue {qid}: submission queue full")))
+    Err(UringError::Config(format!(
+        "queue {qid}: submission queue full"
+    )))
 }
 
 /// Writes the out header of an answer (errno, `len` bytes of out arguments) into an entry's

@@ -348,7 +348,11 @@ fn an_answer_committed_early_reaches_the_caller_before_the_handler_returns() {
         let path = std::ffi::CString::new(format!("{}/e{n}", mount.path().display())).unwrap();
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: a NUL-terminated path and a stat buffer of the right type.
-        assert_eq!(unsafe { libc::stat(path.as_ptr(), &mut st) }, 0, "stat /e{n}");
+        assert_eq!(
+            unsafe { libc::stat(path.as_ptr(), &mut st) },
+            0,
+            "stat /e{n}"
+        );
         assert!(
             started.elapsed() < Duration::from_secs(4),
             "the answer waited for the handler"
@@ -356,7 +360,10 @@ fn an_answer_committed_early_reaches_the_caller_before_the_handler_returns() {
         mount.fs.early_seen.store(true, Ordering::Release);
         let deadline = Instant::now() + BOUND;
         while mount.fs.early_before_return.load(Ordering::Acquire) < n + 1 {
-            assert!(Instant::now() < deadline, "the handler never saw the answer arrive");
+            assert!(
+                Instant::now() < deadline,
+                "the handler never saw the answer arrive"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }

@@ -73,7 +73,11 @@ fn served_as_stored_and_read_ahead(
     // One 4 KiB page of each of the 32 blocks of a 4 MiB file, with the kernel's read-ahead
     // off: 32 small reads, each costing one decompression.
     let file = fs::File::open(mnt.join("random")).unwrap();
-    assert_eq!(probe.transport().uring, transport.is_ring(), "{transport:?}");
+    assert_eq!(
+        probe.transport().uring,
+        transport.is_ring(),
+        "{transport:?}"
+    );
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
     let pages = random.len() / 4096;
     let per_block = 131072 / 4096;
@@ -120,7 +124,10 @@ fn served_as_stored_and_read_ahead(
     // so the reader's own accesses are mostly hits.
     let before = image.stats().data;
     let got = fs::read(mnt.join("sequential")).unwrap();
-    assert!(got == sequential, "{transport:?}: sequential contents differ");
+    assert!(
+        got == sequential,
+        "{transport:?}: sequential contents differ"
+    );
     let after = image.stats().data;
     assert_eq!(
         after.loads - before.loads,

@@ -8,9 +8,9 @@
 //! transport calls [`Reply::replied`], which lets the file system act on what must come after
 //! the answer (a page-cache store, the end of a directory's listing turn).
 
+use super::abi::InHeader;
 use super::abi::{self, init_flags};
 use super::reply::{DirentBuffer, ReadData, Reply};
-use super::abi::InHeader;
 use super::request::{expects_reply, Operation, ParseError, Request};
 use crate::answers::{Attr, Entry, Opened, StatFs, XattrReply};
 use crate::error::FsResult;
@@ -230,7 +230,6 @@ impl<F: FuseFilesystem> Dispatcher<F> {
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
-
 
     /// The file system served.
     pub fn fs(&self) -> &F {

@@ -208,7 +208,10 @@ fn sigterm_with_reads_in_flight_ends_the_daemon_on_both_transports() {
         assert!(status.success(), "{transport:?}: {status}");
         assert!(!is_mounted(&mnt), "{transport:?}: still mounted");
         let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
-        assert!(reads > 0, "{transport:?}: no read was answered before SIGTERM");
+        assert!(
+            reads > 0,
+            "{transport:?}: no read was answered before SIGTERM"
+        );
     }
 }
 

@@ -372,7 +372,13 @@ fn serve_dev_fuse(dev: &OwnedFd, fs: &TestFs, reads: &AtomicU64) {
             continue;
         };
         match request.header.opcode {
-            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT => continue,
+            FUSE_INTERRUPT => {
+                // Unanswered: the interrupted request is answered when it is done, as squashd
+                // does.
+                fs.interrupts.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            FUSE_FORGET | FUSE_BATCH_FORGET => continue,
             _ => {}
         }
         reads.fetch_add(1, Ordering::Relaxed);

@@ -62,6 +62,9 @@ pub struct TestFs {
     pub max_ring_read: AtomicU64,
     /// Set when /slow's READ starts.
     pub slow_started: AtomicBool,
+    /// INTERRUPTs read from /dev/fuse (the kernel sends them there, whichever transport
+    /// carried the request interrupted).
+    pub interrupts: AtomicU64,
     /// Set by a test once its lookup of an /e* name returned.
     pub early_seen: AtomicBool,
     /// /e* lookups whose caller had the answer before the handler returned.

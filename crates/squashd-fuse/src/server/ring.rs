@@ -22,7 +22,8 @@ pub enum UringMode {
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,
     /// Never: /dev/fuse only. The default: the ring measured slower for 16 parallel cold
-    /// walks on this kernel (bench/results/2026-11-26-fuse-uring.md, "Default").
+    /// walks on a quiet machine (bench/results/2026-11-26-fuse-uring.md, "Default"), before
+    /// the listing turns were made to outlast the commit; that A/B is still to repeat.
     #[default]
     Off,
 }

@@ -56,7 +56,8 @@
 //!
 //! A [`Handler`] gets a [`Request`] (the `fuse_in_header` and the in arguments) and answers
 //! through a [`ReplyWriter`] (`ok` with out-argument parts, `ok_with` to fill the reply buffer
-//! in place, or `error`). The same two types serve /dev/fuse: [`Request::from_dev_fuse`] wraps
+//! in place, or `error`; then, if what the handler does next must follow the answer's arrival in
+//! the kernel, `commit`). The same two types serve /dev/fuse: [`Request::from_dev_fuse`] wraps
 //! the bytes read from the device, and the session's writer puts the out header and the parts
 //! into one `writev`. The ring splits a request's in arguments in two (the first, per-opcode
 //! struct in the entry's `op_in` area, the rest in the payload) while /dev/fuse sends them in

@@ -164,24 +164,7 @@ impl Queue {
     }
 
     fn push(&mut self, entry: &squeue::Entry128) -> Result<(), UringError> {
-        // The ring has room for every entry plus the wake-up read, and each of them has at most
-        // one command queued, so a full queue means a bug; submit and retry once all the same.
-        for _ in 0..2 {
-            // SAFETY: every pointer in the entry stays valid until its completion: the iovecs
-            // and buffers belong to self.entries, the wake buffer to self, and both live until
-            // the kernel has completed the command or, if it may not have, are leaked (abandon).
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
-                return Ok(());
-            }
-            self.ring.submit().map_err(|source| UringError::Io {
-                what: format!("submit to the io_uring of queue {}", self.qid),
-                source,
-            })?;
-        }
-        Err(UringError::Config(format!(
-            "queue {}: submission queue full",
-            self.qid
-        )))
+        push_sqe(&mut self.ring, self.qid, entry)
     }
 
     fn arm_wake(&mut self) -> Result<(), UringError> {
@@ -297,8 +280,7 @@ impl Queue {
                 if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
                 }
-                let commit_id = self.answer(index, handler, shared);
-                if let Err(e) = self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id) {
+                if let Err(e) = self.answer(index, handler, shared) {
                     error.get_or_insert(e.to_string());
                 }
             }
@@ -314,11 +296,17 @@ impl Queue {
         self.close(error)
     }
 
-    /// Reads the request in entry `index`, has `handler` answer it into the entry, and returns
-    /// the commit id for COMMIT_AND_FETCH.
-    fn answer<H: Handler>(&mut self, index: usize, handler: &H, shared: &Shared) -> u64 {
+    /// Reads the request in entry `index`, has `handler` answer it into the entry, and queues
+    /// the entry's COMMIT_AND_FETCH (submitted by the next wait), or submits it at once if the
+    /// handler asked to commit early ([`crate::ReplyWriter::commit`]).
+    fn answer<H: Handler>(
+        &mut self,
+        index: usize,
+        handler: &H,
+        shared: &Shared,
+    ) -> Result<(), UringError> {
         let Some(entry) = self.entries.get(index) else {
-            return 0;
+            return Ok(());
         };
         let payload_capacity = entry.payload.len();
         // SAFETY: the entry's command has completed and the next is not submitted yet, so the
@@ -338,42 +326,78 @@ impl Queue {
             None => (None, 0),
         };
         // SAFETY: as above; the read-only slices above are no longer used, so these are the
-        // only views of the buffers until the entry is submitted again.
+        // only views of the buffers until the entry is submitted again (an early commit
+        // submits it from inside the handler, after which neither is written: RingReply).
         let (header_out, payload_out) =
             unsafe { (entry.header.bytes_mut(), entry.payload.bytes_mut()) };
-        let (unique, errno, len) = match in_header {
-            None => {
-                shared.malformed_requests.fetch_add(1, Ordering::Relaxed);
-                (commit_id, libc::EIO, 0)
+        let iovecs = entry.iovecs();
+        let Some(in_header) = in_header else {
+            shared.malformed_requests.fetch_add(1, Ordering::Relaxed);
+            write_out_header(header_out, commit_id, libc::EIO, 0);
+            return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
+        };
+        let (qid, dev_fuse, unique) = (self.qid, self.dev_fuse, in_header.unique);
+        let ring = &mut self.ring;
+        let mut early: Option<Result<(), UringError>> = None;
+        let (errno, len, committed) = {
+            let mut commit_now = |errno: i32, len: usize| -> Result<(), String> {
+                let len = if len > payload_capacity { 0 } else { len };
+                write_out_header(header_out, unique, errno, len);
+                let sqe = crate::sqe::fuse_uring_cmd(
+                    dev_fuse,
+                    CMD_COMMIT_AND_FETCH,
+                    iovecs,
+                    commit_id,
+                    qid,
+                    index as u64,
+                );
+                let sent = push_sqe(ring, qid, &sqe).and_then(|()| {
+                    // Submitting runs the commit: the request ends (its caller wakes) in this
+                    // call; the wait for the next request comes after the handler returns.
+                    ring.submit().map(|_| ()).map_err(|source| UringError::Io {
+                        what: format!("commit an answer on queue {qid}"),
+                        source,
+                    })
+                });
+                let message = sent.as_ref().map_err(|e| e.to_string()).copied();
+                early = Some(sent);
+                message
+            };
+            let request = Request {
+                header: in_header,
+                op_in: &op_in[..op_in_len],
+                payload: &self.request_payload,
+                queue: Some(usize::from(qid)),
+            };
+            let mut reply = RingReply::new(payload_out, Some(&mut commit_now));
+            let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));
+            if reply.refused() {
+                shared.refused_replies.fetch_add(1, Ordering::Relaxed);
             }
-            Some(in_header) => {
-                shared.count_request(usize::from(self.qid));
-                let request = Request {
-                    header: in_header,
-                    op_in: &op_in[..op_in_len],
-                    payload: &self.request_payload,
-                    queue: Some(usize::from(self.qid)),
-                };
-                let mut reply = RingReply::new(payload_out);
-                let outcome =
-                    catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));
-                if reply.refused() {
-                    shared.refused_replies.fetch_add(1, Ordering::Relaxed);
+            let (errno, len) = match outcome {
+                Ok(()) => reply.outcome(),
+                // A panicking handler fails its request, not the queue.
+                Err(_) => (libc::EIO, 0),
+            };
+            (errno, len, reply.committed())
+        };
+        let result = match early {
+            Some(sent) => {
+                if let (Ok(()), Some(flag)) = (&sent, self.in_kernel.get_mut(index)) {
+                    *flag = true;
                 }
-                let (errno, len) = match outcome {
-                    Ok(()) => reply.outcome(),
-                    // A panicking handler fails its request, not the queue.
-                    Err(_) => (libc::EIO, 0),
-                };
-                (in_header.unique, errno, len)
+                sent
+            }
+            None if committed => Ok(()),
+            None => {
+                let len = if len > payload_capacity { 0 } else { len };
+                write_out_header(header_out, unique, errno, len);
+                self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id)
             }
         };
-        let len = if len > payload_capacity { 0 } else { len };
-        header_out[..OUT_HEADER_SIZE].copy_from_slice(&out_header(unique, errno, len));
-        let payload_sz = u32::try_from(len).unwrap_or(0);
-        header_out[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4]
-            .copy_from_slice(&payload_sz.to_ne_bytes());
-        commit_id
+        // Counted once answered, as the stats say.
+        shared.count_request(usize::from(self.qid));
+        result
     }
 
     /// Closes the ring (the kernel cancels the commands it still holds) and frees the buffers
@@ -405,6 +429,39 @@ impl Queue {
             error,
         }
     }
+}
+
+/// Queues `entry` on `ring` (of queue `qid`).
+fn push_sqe(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    qid: u16,
+    entry: &squeue::Entry128,
+) -> Result<(), UringError> {
+    // The ring has room for every entry plus the wake-up read, and each of them has at most
+    // one command queued, so a full queue means a bug; submit and retry once all the same.
+    for _ in 0..2 {
+        // SAFETY: every pointer in the entry stays valid until its completion: the iovecs
+        // and buffers belong to the queue's entries, the wake buffer to the queue, and both live
+        // until the kernel has completed the command or, if it may not have, are leaked (close).
+        if unsafe { ring.submission().push(entry) }.is_ok() {
+            return Ok(());
+        }
+        ring.submit().map_err(|source| UringError::Io {
+            what: format!("submit to the io_uring of queue {qid}"),
+            source,
+        })?;
+    }
+    Err(UringError::Config(format!(
+        "queue {qid}: submission queue full"
+    )))
+}
+
+/// Writes the out header of an answer (errno, `len` bytes of out arguments) into an entry's
+/// header buffer, with the payload size the kernel reads.
+fn write_out_header(header_out: &mut [u8], unique: u64, errno: i32, len: usize) {
+    header_out[..OUT_HEADER_SIZE].copy_from_slice(&out_header(unique, errno, len));
+    let payload_sz = u32::try_from(len).unwrap_or(0);
+    header_out[PAYLOAD_SZ_OFFSET..PAYLOAD_SZ_OFFSET + 4].copy_from_slice(&payload_sz.to_ne_bytes());
 }
 
 /// The request in an entry: its in header, its first argument and its payload, checked against

@@ -118,6 +118,12 @@ pub enum ReplyError {
     /// The request was answered already.
     #[error("the request was answered already")]
     AlreadyAnswered,
+    /// [`ReplyWriter::commit`] before any answer.
+    #[error("there is no answer to commit yet")]
+    Unanswered,
+    /// The transport could not send the answer.
+    #[error("the answer could not be sent: {0}")]
+    Transport(String),
 }
 
 /// Where a handler writes its answer to one request. Each request gets exactly one answer: a
@@ -140,6 +146,19 @@ pub trait ReplyWriter {
 
     /// Answers with the (positive) errno.
     fn error(&mut self, errno: i32) -> Result<(), ReplyError>;
+
+    /// Sends the answer given to the kernel now, before the handler returns, so that what the
+    /// handler does next happens after the kernel has the answer (squashd ends a directory's
+    /// listing turn only once the listing is in the kernel's cache, so that a duplicate request
+    /// waiting for that turn is answered after it). Nothing can be written to the reply after.
+    ///
+    /// Without it, the ring commits the answer when the handler returns, in the same system
+    /// call that waits for the next request: one system call per request instead of two. A
+    /// writer that sends every answer as soon as it is given (as a /dev/fuse writer does) has
+    /// nothing to do here.
+    fn commit(&mut self) -> Result<(), ReplyError> {
+        Ok(())
+    }
 }
 
 /// Serves FUSE requests: squashd's dispatcher, run by the ring transport's queue threads (and by

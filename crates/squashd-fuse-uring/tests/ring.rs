@@ -330,3 +330,110 @@ fn a_transport_that_cannot_be_prepared_leaves_the_mount_on_dev_fuse() {
     );
     assert!(mount.dev_reads.load(Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn an_answer_committed_early_reaches_the_caller_before_the_handler_returns() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    mount
+        .start_ring(&TestMount::config(1))
+        .expect("start the ring transport");
+    // The handler of /e* commits its answer, then waits for this thread to have it: without
+    // the early commit, the answer would leave only when the handler returns (after 5 s).
+    for n in 0..3 {
+        let started = Instant::now();
+        // stat(2), not std's statx: a statx asking for the birth time costs a FUSE_STATX too,
+        // which this queue could answer only after the handler returns.
+        let path = std::ffi::CString::new(format!("{}/e{n}", mount.path().display())).unwrap();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a stat buffer of the right type.
+        assert_eq!(
+            unsafe { libc::stat(path.as_ptr(), &mut st) },
+            0,
+            "stat /e{n}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the answer waited for the handler"
+        );
+        mount.fs.early_seen.store(true, Ordering::Release);
+        let deadline = Instant::now() + BOUND;
+        while mount.fs.early_before_return.load(Ordering::Acquire) < n + 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the handler never saw the answer arrive"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(mount.fs.ring_lookups.load(Ordering::Relaxed) >= 3);
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+#[test]
+fn an_interrupted_read_comes_on_dev_fuse_and_is_answered_on_both_transports() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // A handler without SA_RESTART, so that the signal interrupts the reader's wait.
+    // SAFETY: a zeroed sigaction with a handler that does nothing, for a signal no other test of
+    // this binary uses.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as *const () as usize;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    for ring in [false, true] {
+        // Two /dev/fuse readers: one may be busy with the slow READ (without the ring).
+        let mut mount = TestMount::mount(ring, 2);
+        if ring {
+            mount
+                .start_ring(&TestMount::config(1))
+                .expect("start the ring transport");
+        }
+        let slow = mount.path().join("slow");
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tid_tx.send(unsafe { libc::pthread_self() }).unwrap();
+            File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]))
+        });
+        let thread = tid_rx.recv().unwrap();
+        let deadline = Instant::now() + BOUND;
+        while !mount.fs.slow_started.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < deadline,
+                "ring={ring}: the slow READ never came"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: the reader thread is alive (it is in its slow read) and handles SIGUSR1.
+        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+        while mount.fs.interrupts.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "ring={ring}: no INTERRUPT on /dev/fuse"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The READ is answered when done (the interrupt is not answered), and the read ends
+        // with its bytes or EINTR, never a hang.
+        let read = reader.join().expect("reader thread");
+        match read {
+            Ok(n) => assert!(n > 0, "ring={ring}"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINTR), "ring={ring}: {e}"),
+        }
+        assert_eq!(
+            std::fs::read(mount.path().join("small")).expect("read /small"),
+            SMALL_CONTENT,
+            "ring={ring}: the mount serves after the interrupt"
+        );
+        if ring {
+            assert!(mount.fs.ring_requests.load(Ordering::Relaxed) > 0);
+        }
+    }
+}

@@ -84,6 +84,11 @@ impl FileData<'_> {
         }
     }
 
+    /// Whether [`FileData::replied`] has a block to offer to the page cache.
+    pub fn acts_when_replied(&self) -> bool {
+        self.store.is_some() && matches!(self.bytes, Bytes::Cached { .. })
+    }
+
     /// Tells the file system that the bytes were sent: the rest of their block is offered to
     /// the kernel's page cache, so that the next small reads of the block never reach the
     /// daemon.

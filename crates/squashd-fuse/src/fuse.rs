@@ -60,6 +60,10 @@ impl ReadData for FileData<'_> {
     fn replied(self) {
         FileData::replied(self)
     }
+
+    fn acts_when_replied(&self) -> bool {
+        FileData::acts_when_replied(self)
+    }
 }
 
 /// The session's largest background queue: read-ahead requests are "background" requests; let

@@ -4,6 +4,7 @@
 //! /dev/fuse.
 
 use squashd_core::{Image, OpenOptions};
+use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountConfig, MountedImage};
 use std::fs;
 use std::os::fd::AsRawFd;
@@ -29,14 +30,35 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
         &[("random", &random), ("sequential", &sequential)],
         &["-comp", "zstd", "-b", "128K"],
     );
-    let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    // On both transports: the page stores are notifications on /dev/fuse, also when the reads
+    // they follow came over the ring.
+    for transport in testkit::uring::transports() {
+        served_as_stored_and_read_ahead(&image_path, &mnt, &transport, &random, &sequential);
+    }
+}
+
+fn served_as_stored_and_read_ahead(
+    image_path: &std::path::Path,
+    mnt: &std::path::Path,
+    transport: &testkit::uring::Transport,
+    random: &[u8],
+    sequential: &[u8],
+) {
+    // A fresh image (and cache) per mount: the counts below start from nothing.
+    let image = Image::open(image_path, &OpenOptions::default()).unwrap();
     let config = MountConfig {
         prefetch_threads: 2,
+        uring: if transport.is_ring() {
+            UringMode::On
+        } else {
+            UringMode::Off
+        },
         ..MountConfig::default()
     };
-    let mounted = MountedImage::mount(image.clone(), &mnt, &config).unwrap();
+    let mounted = MountedImage::mount(image.clone(), mnt, &config).unwrap();
+    let probe = mounted.probe();
     let unmounter = mounted.unmounter();
     // A failed assertion must not leave the mount behind: unmount (lazily) on the way out.
     struct Unmount(squashd_fuse::Unmounter);
@@ -51,6 +73,11 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
     // One 4 KiB page of each of the 32 blocks of a 4 MiB file, with the kernel's read-ahead
     // off: 32 small reads, each costing one decompression.
     let file = fs::File::open(mnt.join("random")).unwrap();
+    assert_eq!(
+        probe.transport().uring,
+        transport.is_ring(),
+        "{transport:?}"
+    );
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
     let pages = random.len() / 4096;
     let per_block = 131072 / 4096;
@@ -87,14 +114,20 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
     }
     let after = image.stats().data;
     let requests = (after.hits + after.misses) - (before.hits + before.misses);
-    assert_eq!(requests, 0, "reads of stored blocks reached the daemon");
+    assert_eq!(
+        requests, 0,
+        "{transport:?}: reads of stored blocks reached the daemon"
+    );
     drop(file);
 
     // A sequential reader: read-ahead threads load blocks before the reader asks for them,
     // so the reader's own accesses are mostly hits.
     let before = image.stats().data;
     let got = fs::read(mnt.join("sequential")).unwrap();
-    assert!(got == sequential, "sequential contents differ");
+    assert!(
+        got == sequential,
+        "{transport:?}: sequential contents differ"
+    );
     let after = image.stats().data;
     assert_eq!(
         after.loads - before.loads,

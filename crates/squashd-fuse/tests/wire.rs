@@ -38,7 +38,7 @@ fn fixture(admitted: Option<u32>) -> Option<Fixture> {
 /// A request: the header (its length filled in), then `args`.
 fn request(op: u32, unique: u64, node: u64, uid: u32, args: &[u8]) -> Vec<u8> {
     let header = abi::InHeader {
-        len: (std::mem::size_of::<abi::InHeader>() + args.len()) as u32,
+        len: (squashd_fuse_uring::IN_HEADER_SIZE + args.len()) as u32,
         opcode: op,
         unique,
         nodeid: node,
@@ -46,9 +46,8 @@ fn request(op: u32, unique: u64, node: u64, uid: u32, args: &[u8]) -> Vec<u8> {
         gid: 0,
         pid: 1,
         total_extlen: 0,
-        padding: 0,
     };
-    [header.as_bytes(), args].concat()
+    [&header.to_bytes()[..], args].concat()
 }
 
 /// A NUL-terminated name.
@@ -72,7 +71,7 @@ fn read_in(fh: u64, offset: u64, size: u32) -> Vec<u8> {
 
 /// Dispatches `bytes`; the answer's header (checked: length and unique) and body.
 fn answer(d: &Dispatcher<FuseAdapter>, bytes: &[u8]) -> (i32, Vec<u8>) {
-    let unique = abi::InHeader::read_from_prefix(bytes).unwrap().0.unique;
+    let unique = abi::InHeader::parse(bytes).unwrap().unique;
     let reply = d.dispatch(bytes).expect("an answer");
     let all = reply.to_vec();
     reply.replied();

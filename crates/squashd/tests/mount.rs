@@ -118,37 +118,57 @@ fn mounted_tree_matches_the_kernels_squashfs() {
     ] {
         let image = built.image(name, extra);
         let (reference_root, kernel) = built.reference(&image, name);
-        let mnt = built.scratch(&format!("mnt-{name}"));
-        let _mounted = mount(&image, &mnt, "");
         let expected = testkit::walk_disk(&reference_root);
-        let actual = testkit::walk_disk(&mnt);
-        testkit::assert_records_eq(&expected, &actual, &format!("squashd mount of {name}"));
+        // Root's default mount (the kernel path, whose blob file system is served over FUSE;
+        // the FUSE path where EROFS is missing), on each FUSE transport.
+        for transport in testkit::uring::transports() {
+            let name = &format!("{name}-uring-{}", transport.uring_option());
+            let mnt = built.scratch(&format!("mnt-{name}"));
+            let socket = built.scratch(&format!("{name}.sock"));
+            let _mounted = mount(
+                &image,
+                &mnt,
+                &format!(
+                    "uring={},control={}",
+                    transport.uring_option(),
+                    socket.display()
+                ),
+            );
+            let status = status_json(&socket);
+            assert_eq!(
+                status["images"][0]["transport"],
+                transport.status_name(),
+                "{status}"
+            );
+            let actual = testkit::walk_disk(&mnt);
+            testkit::assert_records_eq(&expected, &actual, &format!("squashd mount of {name}"));
 
-        // statfs as the kernel's squashfs reports it.
-        let ours = statvfs(&mnt);
-        if kernel.is_some() {
-            let theirs = statvfs(&reference_root);
-            assert_eq!(ours.f_blocks, theirs.f_blocks, "{name}: f_blocks");
-            assert_eq!(ours.f_bsize, theirs.f_bsize, "{name}: f_bsize");
-            assert_eq!(ours.f_files, theirs.f_files, "{name}: f_files");
-            assert_eq!(ours.f_namemax, theirs.f_namemax, "{name}: f_namemax");
-            // Inode numbers are the kernel's, but for the root and inode 1 (swapped: FUSE's
-            // root is node 1).
-            let root_ino = fs::metadata(&reference_root).unwrap().ino();
-            assert_eq!(fs::metadata(&mnt).unwrap().ino(), 1);
-            for r in expected.iter().filter(|r| !r.path.is_empty()).take(500) {
-                let rel = std::ffi::OsStr::from_bytes(&r.path);
-                let k = fs::symlink_metadata(reference_root.join(rel))
-                    .unwrap()
-                    .ino();
-                let o = fs::symlink_metadata(mnt.join(rel)).unwrap().ino();
-                let want = if k == 1 { root_ino } else { k };
-                assert_eq!(o, want, "{name}: st_ino of {}", r.path.escape_ascii());
+            // statfs as the kernel's squashfs reports it.
+            let ours = statvfs(&mnt);
+            if kernel.is_some() {
+                let theirs = statvfs(&reference_root);
+                assert_eq!(ours.f_blocks, theirs.f_blocks, "{name}: f_blocks");
+                assert_eq!(ours.f_bsize, theirs.f_bsize, "{name}: f_bsize");
+                assert_eq!(ours.f_files, theirs.f_files, "{name}: f_files");
+                assert_eq!(ours.f_namemax, theirs.f_namemax, "{name}: f_namemax");
+                // Inode numbers are the kernel's, but for the root and inode 1 (swapped: FUSE's
+                // root is node 1).
+                let root_ino = fs::metadata(&reference_root).unwrap().ino();
+                assert_eq!(fs::metadata(&mnt).unwrap().ino(), 1);
+                for r in expected.iter().filter(|r| !r.path.is_empty()).take(500) {
+                    let rel = std::ffi::OsStr::from_bytes(&r.path);
+                    let k = fs::symlink_metadata(reference_root.join(rel))
+                        .unwrap()
+                        .ino();
+                    let o = fs::symlink_metadata(mnt.join(rel)).unwrap().ino();
+                    let want = if k == 1 { root_ino } else { k };
+                    assert_eq!(o, want, "{name}: st_ino of {}", r.path.escape_ascii());
+                }
             }
+            assert_eq!(ours.f_namemax, 256);
+            assert_eq!(ours.f_bfree, 0);
+            testkit::umount(&mnt);
         }
-        assert_eq!(ours.f_namemax, 256);
-        assert_eq!(ours.f_bfree, 0);
-        testkit::umount(&mnt);
         if let Some(k) = kernel {
             testkit::umount(&k);
         }

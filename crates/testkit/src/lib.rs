@@ -44,6 +44,7 @@ pub mod s3;
 pub mod sif;
 mod squashfs_tools;
 mod tree;
+pub mod uring;
 mod walk;
 
 pub use squashfs_tools::{

@@ -56,9 +56,10 @@ pub fn lock_machine() -> MutexGuard<'static, ()> {
 }
 
 /// Turns `enable_uring` on for the test and restores the old value when dropped, also when the
-/// test panics.
+/// test panics: testkit's process-wide guard ([`testkit::uring::RingOn`]), shared with every
+/// other test that turns the parameter on or off.
 pub struct EnableUring {
-    old: String,
+    _on: testkit::uring::RingOn,
     _machine: Option<MutexGuard<'static, ()>>,
 }
 
@@ -73,26 +74,9 @@ impl EnableUring {
 
     /// Turns the parameter on; the caller holds [`lock_machine`].
     pub fn on_while_locked() -> EnableUring {
-        let old = std::fs::read_to_string(ENABLE_URING_PARAMETER)
-            .expect("read enable_uring")
-            .trim()
-            .to_string();
-        std::fs::write(ENABLE_URING_PARAMETER, "1").expect("turn enable_uring on");
         EnableUring {
-            old,
+            _on: testkit::uring::RingOn::take().expect("turn enable_uring on"),
             _machine: None,
-        }
-    }
-}
-
-impl Drop for EnableUring {
-    fn drop(&mut self) {
-        let old = if self.old == "Y" { "1" } else { "0" };
-        if let Err(e) = std::fs::write(ENABLE_URING_PARAMETER, old) {
-            eprintln!(
-                "could not restore {ENABLE_URING_PARAMETER} to {}: {e}",
-                self.old
-            );
         }
     }
 }
@@ -388,7 +372,13 @@ fn serve_dev_fuse(dev: &OwnedFd, fs: &TestFs, reads: &AtomicU64) {
             continue;
         };
         match request.header.opcode {
-            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT => continue,
+            FUSE_INTERRUPT => {
+                // Unanswered: the interrupted request is answered when it is done, as squashd
+                // does.
+                fs.interrupts.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            FUSE_FORGET | FUSE_BATCH_FORGET => continue,
             _ => {}
         }
         reads.fetch_add(1, Ordering::Relaxed);

@@ -7,6 +7,10 @@
 //! /oversized  its READ tries to answer one byte more than the reply buffer holds
 //! /slow       its READ answers after SLOW_READ
 //! /v*         any name starting with 'v': a small file, entry timeout 0 (a cold stat each time)
+//! /e*         a small file (timeouts of an hour); its LOOKUP is committed early (ReplyWriter::commit), then waits (5 s
+//!             at most) for the caller to set `early_seen`, which it can only once it has the
+//!             answer: `early_before_return` counts the answers that arrived before the handler
+//!             returned
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +62,13 @@ pub struct TestFs {
     pub max_ring_read: AtomicU64,
     /// Set when /slow's READ starts.
     pub slow_started: AtomicBool,
+    /// INTERRUPTs read from /dev/fuse (the kernel sends them there, whichever transport
+    /// carried the request interrupted).
+    pub interrupts: AtomicU64,
+    /// Set by a test once its lookup of an /e* name returned.
+    pub early_seen: AtomicBool,
+    /// /e* lookups whose caller had the answer before the handler returned.
+    pub early_before_return: AtomicU64,
 }
 
 struct Node {
@@ -135,6 +146,23 @@ impl TestFs {
         };
         if request.header.nodeid != ROOT {
             let _ = reply.error(libc::ENOTDIR);
+            return;
+        }
+        if name.first() == Some(&b'e') {
+            if let Some(node) = node(VIRTUAL) {
+                // Cached attributes: the caller's stat needs no GETATTR, which this queue could
+                // not answer before this handler returns.
+                let _ = reply.ok(&[&entry_out(&node, 3600)]);
+                let _ = reply.commit();
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while std::time::Instant::now() < deadline {
+                    if self.early_seen.swap(false, Ordering::AcqRel) {
+                        self.early_before_return.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             return;
         }
         if name.first() == Some(&b'v') {

@@ -61,6 +61,34 @@ pub mod opcode {
     pub const COPY_FILE_RANGE_64: u32 = 53;
 }
 
+/// A short name of `op` for logs (`opcode-N` for those squashd does not name).
+pub fn opcode_name(op: u32) -> String {
+    let name = match op {
+        opcode::LOOKUP => "lookup",
+        opcode::FORGET => "forget",
+        opcode::GETATTR => "getattr",
+        opcode::READLINK => "readlink",
+        opcode::OPEN => "open",
+        opcode::READ => "read",
+        opcode::STATFS => "statfs",
+        opcode::RELEASE => "release",
+        opcode::GETXATTR => "getxattr",
+        opcode::LISTXATTR => "listxattr",
+        opcode::FLUSH => "flush",
+        opcode::INIT => "init",
+        opcode::OPENDIR => "opendir",
+        opcode::READDIR => "readdir",
+        opcode::RELEASEDIR => "releasedir",
+        opcode::ACCESS => "access",
+        opcode::INTERRUPT => "interrupt",
+        opcode::DESTROY => "destroy",
+        opcode::BATCH_FORGET => "batch_forget",
+        opcode::READDIRPLUS => "readdirplus",
+        _ => return format!("opcode-{op}"),
+    };
+    name.to_string()
+}
+
 /// Notification codes (`enum fuse_notify_code`), sent in `fuse_out_header.error`.
 pub mod notify {
     pub const INVAL_INODE: i32 = 2;
@@ -89,20 +117,9 @@ pub mod init_flags {
 /// `fuse_getattr_in.getattr_flags`: `fh` is set.
 pub const GETATTR_FH: u32 = 1;
 
-/// The header of every request.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
-pub struct InHeader {
-    pub len: u32,
-    pub opcode: u32,
-    pub unique: u64,
-    pub nodeid: u64,
-    pub uid: u32,
-    pub gid: u32,
-    pub pid: u32,
-    pub total_extlen: u16,
-    pub padding: u16,
-}
+/// The header of every request: one definition, the ring transport's, which both transports
+/// parse (bounds-checked, native-endian).
+pub use squashd_fuse_uring::InHeader;
 
 /// The header of every reply and notification.
 #[repr(C)]
@@ -377,7 +394,7 @@ mod tests {
     #[test]
     fn sizes_match_the_kernel_header() {
         use std::mem::size_of;
-        assert_eq!(size_of::<InHeader>(), 40);
+        assert_eq!(InHeader::default().to_bytes().len(), 40);
         assert_eq!(size_of::<OutHeader>(), 16);
         assert_eq!(size_of::<InitIn>(), 64);
         assert_eq!(size_of::<InitOut>(), 64);

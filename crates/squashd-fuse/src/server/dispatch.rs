@@ -8,9 +8,10 @@
 //! transport calls [`Reply::replied`], which lets the file system act on what must come after
 //! the answer (a page-cache store, the end of a directory's listing turn).
 
+use super::abi::InHeader;
 use super::abi::{self, init_flags};
 use super::reply::{DirentBuffer, ReadData, Reply};
-use super::request::{expects_reply, Operation, Request};
+use super::request::{expects_reply, Operation, ParseError, Request};
 use crate::answers::{Attr, Entry, Opened, StatFs, XattrReply};
 use crate::error::FsResult;
 use crate::listings::ListingTurn;
@@ -182,6 +183,39 @@ pub struct Dispatcher<F> {
     fs: F,
     /// The capabilities agreed at INIT (`flags2` in the high half).
     agreed: AtomicU64,
+    /// Requests dispatched, by opcode (the last slot counts every opcode past it): logged at
+    /// debug level when the session ends, to compare what transports and settings cost.
+    requests: [AtomicU64; COUNTED_OPCODES],
+}
+
+/// Opcodes counted one by one ([`Dispatcher::requests_by_opcode`]): every one squashd answers
+/// (READDIRPLUS is 44) and a slot for the rest.
+const COUNTED_OPCODES: usize = 64;
+
+impl<F> Dispatcher<F> {
+    /// Requests dispatched so far, by opcode (those not seen are left out; opcodes past the
+    /// counted ones are summed under the last counted one).
+    pub fn requests_by_opcode(&self) -> Vec<(u32, u64)> {
+        (0..COUNTED_OPCODES)
+            .filter_map(|op| {
+                let n = self.requests[op].load(Ordering::Relaxed);
+                (n > 0).then_some((op as u32, n))
+            })
+            .collect()
+    }
+}
+
+impl<F> Drop for Dispatcher<F> {
+    fn drop(&mut self) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let counts: Vec<String> = self
+                .requests_by_opcode()
+                .into_iter()
+                .map(|(op, n)| format!("{}={n}", abi::opcode_name(op)))
+                .collect();
+            tracing::debug!("FUSE requests by opcode: {}", counts.join(" "));
+        }
+    }
 }
 
 /// A reply of a dispatcher over `F`.
@@ -193,6 +227,7 @@ impl<F: FuseFilesystem> Dispatcher<F> {
         Dispatcher {
             fs,
             agreed: AtomicU64::new(0),
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -211,7 +246,17 @@ impl<F: FuseFilesystem> Dispatcher<F> {
     /// answer (FORGET, BATCH_FORGET, INTERRUPT). Send the reply's bytes, then call
     /// [`Reply::replied`].
     pub fn dispatch(&self, request: &[u8]) -> Option<FsReply<'_, F>> {
-        self.dispatch_with(request, None)
+        self.dispatch_with(Request::parse(request), Request::header(request).ok(), None)
+    }
+
+    /// [`Dispatcher::dispatch`] for a request whose arguments a transport split (a ring
+    /// entry's header and payload buffers), read where they are.
+    pub(crate) fn dispatch_split(
+        &self,
+        request: &squashd_fuse_uring::Request<'_>,
+    ) -> Option<FsReply<'_, F>> {
+        let parsed = Request::parse_args(request.header, request.args());
+        self.dispatch_with(parsed, Some(request.header), None)
     }
 
     /// [`Dispatcher::dispatch`], with an INIT answer that accepts FUSE over io_uring and
@@ -223,14 +268,20 @@ impl<F: FuseFilesystem> Dispatcher<F> {
         request: &[u8],
         max_pages: u16,
     ) -> Option<FsReply<'_, F>> {
-        self.dispatch_with(request, Some(max_pages))
+        let header = Request::header(request).ok();
+        self.dispatch_with(Request::parse(request), header, Some(max_pages))
     }
 
-    fn dispatch_with(&self, request: &[u8], ring_pages: Option<u16>) -> Option<FsReply<'_, F>> {
-        let request = match Request::parse(request) {
+    fn dispatch_with(
+        &self,
+        parsed: Result<Request<'_>, ParseError>,
+        header: Option<InHeader>,
+        ring_pages: Option<u16>,
+    ) -> Option<FsReply<'_, F>> {
+        let request = match parsed {
             Ok(r) => r,
             Err(e) => {
-                let header = Request::header(request).ok()?;
+                let header = header?;
                 tracing::warn!(
                     "FUSE request {} (opcode {}) cannot be parsed: {e:?}",
                     header.unique,
@@ -240,6 +291,8 @@ impl<F: FuseFilesystem> Dispatcher<F> {
                     .then(|| Reply::error(header.unique, libc::EIO));
             }
         };
+        let slot = (request.header.opcode as usize).min(COUNTED_OPCODES - 1);
+        self.requests[slot].fetch_add(1, Ordering::Relaxed);
         let unique = request.header.unique;
         let node = INodeNo(request.header.nodeid);
         let ctx = RequestContext {

@@ -19,6 +19,12 @@ pub trait ReadData {
     /// Called once the answer is sent (or given up): e.g. offer the rest of the block to the
     /// kernel's page cache, which a store can fill only after this read's pages are unlocked.
     fn replied(self);
+
+    /// Whether [`ReadData::replied`] does anything: if not, a transport need not make sure the
+    /// answer reached the kernel before calling it (the ring then saves a system call).
+    fn acts_when_replied(&self) -> bool {
+        true
+    }
 }
 
 /// One answer, ready to send: [`Reply::io_slices`] are its bytes (header, then body); call
@@ -125,6 +131,17 @@ impl<'a, D: ReadData> Reply<'a, D> {
     /// The whole answer in one buffer (for tests, and transports that copy anyway).
     pub fn to_vec(&self) -> Vec<u8> {
         [self.header(), self.body()].concat()
+    }
+
+    /// Whether [`Reply::replied`] must come after the kernel has the answer: it ends a
+    /// listing turn, or hands a read's block to the page store. (The ring commits such answers
+    /// before calling it; others it commits together with the wait for the next request.)
+    pub fn acts_when_replied(&self) -> bool {
+        match &self.body {
+            Body::Data(d) => d.acts_when_replied(),
+            Body::Listing(_, turn) => turn.is_some(),
+            Body::Empty | Body::Bytes(_) => false,
+        }
     }
 
     /// Tells the file system the answer was sent (or could not be: the request was

@@ -5,6 +5,7 @@
 //! is an error ([`ParseError`]), answered EIO (or ignored, for operations with no answer).
 
 use super::abi::{self, opcode, InHeader};
+use squashd_fuse_uring::ArgReader;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use zerocopy::FromBytes;
@@ -62,89 +63,95 @@ pub(crate) enum Operation<'a> {
     Other,
 }
 
-/// Reads a `T` at the start of `bytes`, returning it and the bytes after it.
-fn take<T: FromBytes>(bytes: &[u8]) -> Result<(T, &[u8]), ParseError> {
-    T::read_from_prefix(bytes).map_err(|_| ParseError::Truncated)
+/// Reads the next argument, a `T`.
+fn take<T: FromBytes>(args: &mut ArgReader<'_>) -> Result<T, ParseError> {
+    let bytes = args
+        .bytes(std::mem::size_of::<T>())
+        .ok_or(ParseError::Truncated)?;
+    T::read_from_bytes(bytes).map_err(|_| ParseError::Truncated)
 }
 
-/// A NUL-terminated name (the kernel always terminates names).
-fn name(bytes: &[u8]) -> Result<&OsStr, ParseError> {
-    let end = bytes
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or(ParseError::Truncated)?;
-    Ok(OsStr::from_bytes(&bytes[..end]))
+/// The next argument, a NUL-terminated name (the kernel always terminates names).
+fn name<'a>(args: &mut ArgReader<'a>) -> Result<&'a OsStr, ParseError> {
+    args.name()
+        .map(OsStr::from_bytes)
+        .ok_or(ParseError::Truncated)
 }
 
 impl<'a> Request<'a> {
     /// The header alone, to answer a request whose arguments do not parse.
     pub(crate) fn header(bytes: &[u8]) -> Result<InHeader, ParseError> {
-        InHeader::read_from_prefix(bytes)
-            .map(|(h, _)| h)
-            .map_err(|_| ParseError::NoHeader)
+        InHeader::parse(bytes).ok_or(ParseError::NoHeader)
     }
 
-    /// Parses one request as read from the FUSE device (or a ring entry's header and payload,
-    /// joined).
+    /// Parses one request as read from the FUSE device: the header, then the arguments.
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Request<'a>, ParseError> {
-        let header = Self::header(bytes)?;
-        // The message is `header.len` long; what follows in the buffer is not part of it.
-        let len = usize::try_from(header.len).map_err(|_| ParseError::Truncated)?;
-        let message = bytes.get(..len).ok_or(ParseError::Truncated)?;
-        let args = message
-            .get(std::mem::size_of::<InHeader>()..)
-            .ok_or(ParseError::Truncated)?;
+        let request =
+            squashd_fuse_uring::Request::from_dev_fuse(bytes).ok_or(match Self::header(bytes) {
+                Ok(_) => ParseError::Truncated,
+                Err(e) => e,
+            })?;
+        Self::parse_args(request.header, request.args())
+    }
+
+    /// Parses one request from its header and its arguments, wherever the transport put them
+    /// (after the header on /dev/fuse; split between a ring entry's header and payload).
+    pub(crate) fn parse_args(
+        header: InHeader,
+        mut args: ArgReader<'a>,
+    ) -> Result<Request<'a>, ParseError> {
+        let args = &mut args;
         let operation = match header.opcode {
             opcode::INIT => {
                 // Kernels before 7.36 send a shorter argument, without flags2.
                 let mut init = abi::InitIn::default();
-                let have = args.len().min(std::mem::size_of::<abi::InitIn>());
+                let have = args.remaining().min(std::mem::size_of::<abi::InitIn>());
                 if have < abi::INIT_IN_COMPAT_SIZE {
                     return Err(ParseError::Truncated);
                 }
-                zerocopy::IntoBytes::as_mut_bytes(&mut init)[..have].copy_from_slice(&args[..have]);
+                let bytes = args.bytes(have).ok_or(ParseError::Truncated)?;
+                zerocopy::IntoBytes::as_mut_bytes(&mut init)[..have].copy_from_slice(bytes);
                 Operation::Init(init)
             }
             opcode::DESTROY => Operation::Destroy,
             opcode::LOOKUP => Operation::Lookup(name(args)?),
-            opcode::FORGET => Operation::Forget(take::<abi::ForgetIn>(args)?.0.nlookup),
+            opcode::FORGET => Operation::Forget(take::<abi::ForgetIn>(args)?.nlookup),
             opcode::BATCH_FORGET => {
-                let (batch, mut rest) = take::<abi::BatchForgetIn>(args)?;
-                let mut nodes = Vec::with_capacity((batch.count as usize).min(rest.len() / 16));
+                let batch = take::<abi::BatchForgetIn>(args)?;
+                let fit = args.remaining() / std::mem::size_of::<abi::ForgetOne>();
+                let mut nodes = Vec::with_capacity((batch.count as usize).min(fit));
                 for _ in 0..batch.count {
-                    let (one, after) = take::<abi::ForgetOne>(rest)?;
-                    nodes.push(one);
-                    rest = after;
+                    nodes.push(take::<abi::ForgetOne>(args)?);
                 }
                 Operation::BatchForget(nodes)
             }
             opcode::GETATTR => {
-                let (getattr, _) = take::<abi::GetattrIn>(args)?;
+                let getattr = take::<abi::GetattrIn>(args)?;
                 Operation::Getattr(
                     (getattr.getattr_flags & abi::GETATTR_FH != 0).then_some(getattr.fh),
                 )
             }
             opcode::READLINK => Operation::Readlink,
-            opcode::OPEN => Operation::Open(take(args)?.0),
-            opcode::READ => Operation::Read(take(args)?.0),
-            opcode::FLUSH => Operation::Flush(take(args)?.0),
-            opcode::RELEASE => Operation::Release(take(args)?.0),
-            opcode::OPENDIR => Operation::Opendir(take(args)?.0),
-            opcode::READDIR => Operation::Readdir(take(args)?.0),
-            opcode::READDIRPLUS => Operation::Readdirplus(take(args)?.0),
-            opcode::RELEASEDIR => Operation::Releasedir(take(args)?.0),
+            opcode::OPEN => Operation::Open(take(args)?),
+            opcode::READ => Operation::Read(take(args)?),
+            opcode::FLUSH => Operation::Flush(take(args)?),
+            opcode::RELEASE => Operation::Release(take(args)?),
+            opcode::OPENDIR => Operation::Opendir(take(args)?),
+            opcode::READDIR => Operation::Readdir(take(args)?),
+            opcode::READDIRPLUS => Operation::Readdirplus(take(args)?),
+            opcode::RELEASEDIR => Operation::Releasedir(take(args)?),
             opcode::STATFS => Operation::Statfs,
             opcode::GETXATTR => {
-                let (getxattr, rest) = take::<abi::GetxattrIn>(args)?;
+                let getxattr = take::<abi::GetxattrIn>(args)?;
                 Operation::Getxattr {
                     size: getxattr.size,
-                    name: name(rest)?,
+                    name: name(args)?,
                 }
             }
             opcode::LISTXATTR => Operation::Listxattr {
-                size: take::<abi::GetxattrIn>(args)?.0.size,
+                size: take::<abi::GetxattrIn>(args)?.size,
             },
-            opcode::ACCESS => Operation::Access(take::<abi::AccessIn>(args)?.0.mask),
+            opcode::ACCESS => Operation::Access(take::<abi::AccessIn>(args)?.mask),
             opcode::INTERRUPT => {
                 take::<abi::InterruptIn>(args)?;
                 Operation::Interrupt

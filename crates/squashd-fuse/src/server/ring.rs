@@ -10,7 +10,6 @@ use squashd_fuse_uring::{
     init_offers_uring, ring_memory, Handler, KernelSupport, ReplyWriter, Transport, UringConfig,
     IN_HEADER_SIZE,
 };
-use std::cell::RefCell;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -23,7 +22,8 @@ pub enum UringMode {
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,
     /// Never: /dev/fuse only. The default: the ring measured slower for 16 parallel cold
-    /// walks on this kernel (bench/results/2026-11-26-fuse-uring.md, "Default").
+    /// walks on a quiet machine (bench/results/2026-11-26-fuse-uring.md, "Default"), before
+    /// the listing turns were made to outlast the commit; that A/B is still to repeat.
     #[default]
     Off,
 }
@@ -232,11 +232,6 @@ fn init_flags(request: &[u8]) -> Option<(u32, u32)> {
     Some((word(12)?, word(16).unwrap_or(0)))
 }
 
-thread_local! {
-    /// One ring request reassembled as /dev/fuse would send it, reused by each queue thread.
-    static REQUEST: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Runs a session's dispatcher on the ring's requests.
 struct RingHandler<F> {
     dispatcher: Arc<Dispatcher<F>>,
@@ -244,33 +239,28 @@ struct RingHandler<F> {
 
 impl<F: FuseFilesystem> Handler for RingHandler<F> {
     fn handle(&self, request: &squashd_fuse_uring::Request<'_>, reply: &mut dyn ReplyWriter) {
-        REQUEST.with_borrow_mut(|bytes| {
-            // The dispatcher parses requests as /dev/fuse sends them: the header, then the in
-            // arguments in one piece; the ring splits them at the first argument.
-            bytes.clear();
-            let len = IN_HEADER_SIZE + request.op_in.len() + request.payload.len();
-            let mut header = request.header;
-            header.len = u32::try_from(len).unwrap_or(u32::MAX);
-            bytes.extend_from_slice(&header.to_bytes());
-            bytes.extend_from_slice(request.op_in);
-            bytes.extend_from_slice(request.payload);
-            let Some(answer) = self.dispatcher.dispatch(bytes) else {
-                // Only FORGET and INTERRUPT take no answer, and they never come over the ring.
-                let _ = reply.error(libc::EIO);
-                return;
-            };
-            let sent = match answer.errno() {
-                0 => reply.ok(&[answer.body()]),
-                errno => reply.error(errno),
-            };
-            if let Err(e) = sent {
-                tracing::debug!("FUSE answer to request {}: {e}", answer.unique());
-            }
-            // The answer is in the entry's buffers: the queue commits it when this returns,
-            // before which the kernel's pages of a read are still locked. `replied` only hands
-            // page-cache stores to the page store's worker (which waits for those locks) and
-            // ends a directory's listing turn, so it can run first.
-            answer.replied();
-        });
+        // The arguments are read where the ring put them (the entry's op_in area and payload).
+        let Some(answer) = self.dispatcher.dispatch_split(request) else {
+            // Only FORGET and INTERRUPT take no answer, and they never come over the ring.
+            let _ = reply.error(libc::EIO);
+            return;
+        };
+        let mut sent = match answer.errno() {
+            0 => reply.ok(&[answer.body()]),
+            errno => reply.error(errno),
+        };
+        // What `replied` does must follow the answer's arrival in the kernel: a listing turn
+        // ends only once the listing is in the kernel's cache (else the duplicate request
+        // waiting for the turn is answered too, in lockstep: twice the listing requests for
+        // parallel walks), and a page store fills pages this read has locked until then. So
+        // such answers are committed first; the others when this returns, with the wait for
+        // the next request in the same system call.
+        if sent.is_ok() && answer.acts_when_replied() {
+            sent = reply.commit();
+        }
+        if let Err(e) = sent {
+            tracing::debug!("FUSE answer to request {}: {e}", answer.unique());
+        }
+        answer.replied();
     }
 }

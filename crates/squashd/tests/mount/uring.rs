@@ -1,42 +1,16 @@
 //! `-o uring=`: FUSE over io_uring on a real mount, with the kernel's `enable_uring` turned on
-//! for the test and restored after it (also when it fails). Other tests of this binary run
-//! meanwhile with the default (`uring=off`), so they stay on /dev/fuse.
+//! for the test and restored after it (also when it fails), through testkit's process-wide
+//! guards, which the tests of this binary that run on both transports share.
 
 use super::*;
-use std::sync::{Mutex, MutexGuard};
+use testkit::uring::{RingOff, RingOn};
 
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// Serializes this file's tests: they set one machine-wide parameter to different values.
-static PARAMETER: Mutex<()> = Mutex::new(());
-
-/// `enable_uring` set to a value for the guard's life, the old value restored on drop.
-struct EnableUring {
-    old: String,
-    _lock: MutexGuard<'static, ()>,
-}
-
-impl EnableUring {
-    /// None (with the reason printed) where the test cannot run.
-    fn set(value: &str) -> Option<EnableUring> {
-        if !testkit::can_mount() {
-            return None;
-        }
-        if !Path::new(ENABLE_URING).exists() {
-            println!("SKIPPED: {ENABLE_URING} does not exist (a kernel before 6.14?)");
-            return None;
-        }
-        let lock = PARAMETER.lock().unwrap_or_else(|e| e.into_inner());
-        let old = fs::read_to_string(ENABLE_URING).unwrap().trim().to_string();
-        fs::write(ENABLE_URING, value).unwrap();
-        Some(EnableUring { old, _lock: lock })
+/// The ring's guard (see `testkit::uring`), or None with the reason printed.
+fn ring_on() -> Option<RingOn> {
+    if !testkit::can_mount() {
+        return None;
     }
-}
-
-impl Drop for EnableUring {
-    fn drop(&mut self) {
-        let _ = fs::write(ENABLE_URING, &self.old);
-    }
+    RingOn::take().map_err(|reason| testkit::skip(&reason)).ok()
 }
 
 /// The one image of this mount's status.
@@ -49,7 +23,7 @@ fn image_status(socket: &Path) -> serde_json::Value {
 
 #[test]
 fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
-    let Some(_uring) = EnableUring::set("1") else {
+    let Some(_uring) = ring_on() else {
         return;
     };
     let built = Built::new(&TreeOptions::default());
@@ -112,8 +86,12 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
 
 #[test]
 fn uring_on_without_the_kernels_ring_fails_with_how_to_enable_it() {
-    let Some(_uring) = EnableUring::set("0") else {
+    if !testkit::can_mount() {
         return;
+    }
+    let _uring = match RingOff::take() {
+        Ok(off) => off,
+        Err(reason) => return testkit::skip(&reason),
     };
     let built = Built::new(&TreeOptions::default());
     let image = built.image("gzip", &["-comp", "gzip"]);
@@ -140,4 +118,141 @@ fn uring_on_without_the_kernels_ring_fails_with_how_to_enable_it() {
     testkit::umount(&mnt);
     wait_for_no_daemon(&mnt);
     drop(guard);
+}
+
+/// `len` bytes that do not compress, the same for the same seed.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fastrand::Rng::with_seed(seed).fill(&mut v);
+    v
+}
+
+/// Waits (10 s at most) until `mnt` is mounted.
+fn wait_mounted(mnt: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(mnt) {
+        assert!(Instant::now() < deadline, "{} never mounted", mnt.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_with_reads_in_flight_ends_the_daemon_on_both_transports() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 2 MiB of 128 KiB blocks, more than one ring payload buffer (reads over the ring are capped
+    // at 128 KiB), read with O_DIRECT so that every read reaches the daemon.
+    let content = noise(2 << 20, 7);
+    let image = testkit::image_of_files(dir.path(), &[("big", &content)], &["-b", "128K"]);
+    for transport in testkit::uring::transports() {
+        let mnt = dir.path().join(format!("mnt-{}", transport.uring_option()));
+        fs::create_dir_all(&mnt).unwrap();
+        let _guard = MountGuard(mnt.clone());
+        let mut daemon = Command::new(SQUASHD)
+            .arg("mount")
+            .arg(&image)
+            .arg(&mnt)
+            .arg("-f")
+            .arg("-o")
+            .arg(format!("fuse,uring={}", transport.uring_option()))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_mounted(&mnt);
+        // Readers that open the file again and again, each read 1 MiB, and stop when the file
+        // is gone (once the mount is detached, the path is the empty directory below).
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, content) = (mnt.join("big"), content.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    let mut buf = vec![0u8; 1 << 20];
+                    loop {
+                        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+                        let Ok(file) = fs::OpenOptions::new()
+                            .read(true)
+                            .custom_flags(libc::O_DIRECT)
+                            .open(&path)
+                        else {
+                            return reads;
+                        };
+                        for at in [0usize, 1 << 20] {
+                            match file.read_at(&mut buf, at as u64) {
+                                Ok(n) => {
+                                    assert_eq!(&buf[..n], &content[at..at + n], "at {at}");
+                                    reads += 1;
+                                }
+                                // The connection ended under the read: allowed, no hang.
+                                Err(_) => return reads,
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = daemon.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = daemon.kill();
+                panic!("{transport:?}: the daemon did not end within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{transport:?}: {status}");
+        assert!(!is_mounted(&mnt), "{transport:?}: still mounted");
+        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(
+            reads > 0,
+            "{transport:?}: no read was answered before SIGTERM"
+        );
+    }
+}
+
+#[test]
+fn many_mounts_at_once_on_both_transports() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let built = Built::new(&TreeOptions::default());
+    let image = built.image("gzip", &["-comp", "gzip"]);
+    let (reference_root, kernel) = built.reference(&image, "gzip");
+    let _reference = kernel.map(MountGuard);
+    let expected = testkit::walk_disk(&reference_root);
+    for transport in testkit::uring::transports() {
+        let option = transport.uring_option();
+        let mounts: Vec<(PathBuf, PathBuf, MountGuard)> = (0..6)
+            .map(|i| {
+                let mnt = built.scratch(&format!("mnt-many-{option}-{i}"));
+                let socket = built.scratch(&format!("many-{option}-{i}.sock"));
+                let opts = format!("fuse,uring={option},control={}", socket.display());
+                let guard = mount(&image, &mnt, &opts);
+                (mnt, socket, guard)
+            })
+            .collect();
+        // Every mount walked at once, from a thread each.
+        std::thread::scope(|scope| {
+            let walks: Vec<_> = mounts
+                .iter()
+                .map(|(mnt, _, _)| scope.spawn(|| testkit::walk_disk(mnt)))
+                .collect();
+            for walk in walks {
+                let what = format!("one of 6 mounts at once, uring={option}");
+                testkit::assert_records_eq(&expected, &walk.join().unwrap(), &what);
+            }
+        });
+        for (mnt, socket, guard) in mounts {
+            let status = image_status(&socket);
+            assert_eq!(status["transport"], transport.status_name(), "{status}");
+            testkit::umount(&mnt);
+            wait_for_no_daemon(&mnt);
+            drop(guard);
+        }
+    }
 }

@@ -12,6 +12,7 @@ use squashd_core::verity::{
     discover, find_root_hash, find_signature, from_hex, read_tree_location, to_hex, Found,
     RootHashSource, VerityHandle, VerityMode, VerityOptions, VeritySource,
 };
+use squashd_core::{Caches, OpenOptions};
 use squashd_remote::{Location, RemoteOptions, RemoteSource};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,6 +109,14 @@ impl VerityArgs {
     }
 }
 
+/// The caches an image opened with `open` reads through, made now when they are its own, and
+/// set in `open`: the verity source must use the same ones (see [`verify_opened`]).
+pub(crate) fn image_caches(open: &mut OpenOptions) -> Arc<Caches> {
+    open.caches
+        .get_or_insert_with(|| Arc::new(Caches::new(&open.budgets)))
+        .clone()
+}
+
 /// Where an image's tree, root hash and data are, found.
 struct Plan {
     found: Found,
@@ -119,7 +128,9 @@ struct Plan {
     hash_source: Option<Arc<dyn Source>>,
 }
 
-/// Puts `opened` (read from `image`) behind its hash tree as `options` say: unchanged when
+/// Puts `opened` (read from `image`) behind its hash tree as `options` say, its checked hash
+/// blocks and bitmap within the metadata budget of `caches` (the caches the image will be
+/// opened with: [`image_caches`]): unchanged when
 /// there is nothing to verify (`verity=off`, or `auto` and no tree found); an error of one line
 /// when a tree is required and missing, cannot be read, or does not match its root hash. A
 /// disk image's `-verity` partition is its tree, its root hash taken from `roothash=`, its
@@ -128,6 +139,7 @@ pub(crate) fn verify_opened(
     opened: OpenedSource,
     image: &Path,
     options: &VerityOptions,
+    caches: &Arc<Caches>,
 ) -> anyhow::Result<(OpenedSource, Option<Verified>)> {
     if options.mode == VerityMode::Off {
         return Ok((opened, None));
@@ -228,7 +240,7 @@ pub(crate) fn verify_opened(
         data_start,
         hash,
         &location,
-        options.cache_bytes,
+        caches.clone(),
     )
     .map_err(|e| {
         let hint = if e.is_root_mismatch() {

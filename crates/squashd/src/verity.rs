@@ -292,9 +292,16 @@ fn plain_plan(
 /// The most bytes of a remote `URL.roothash` or `URL.roothash.p7s` read.
 const MAX_REMOTE_SIDECAR: u64 = 64 << 10;
 
-/// A remote object beside the image (`URL` + `suffix`), opened, without read-ahead.
+/// `address` with `suffix` on its path: a query (`?...`) or fragment belongs to the whole
+/// address (a token, a signature) and stays after it, as `URL.verity` is the path's sidecar.
+fn beside_address(address: &str, suffix: &str) -> String {
+    let end = address.find(['?', '#']).unwrap_or(address.len());
+    format!("{}{suffix}{}", &address[..end], &address[end..])
+}
+
+/// A remote object beside the image (`URL` + `suffix` on its path), opened, without read-ahead.
 fn remote_beside(address: &str, suffix: &str) -> Result<RemoteSource, String> {
-    let location = Location::parse(&format!("{address}{suffix}"))?;
+    let location = Location::parse(&beside_address(address, suffix))?;
     RemoteSource::open(
         &location,
         &RemoteOptions {
@@ -333,10 +340,10 @@ fn remote_plan(
         None => match remote_beside(&address, ".roothash").and_then(|s| read_small(&s)) {
             Ok(text) => {
                 let hash = from_hex(&String::from_utf8_lossy(&text))
-                    .map_err(|e| anyhow!("{name}.roothash: {e}"))?;
+                    .map_err(|e| anyhow!("{}: {e}", beside_address(name, ".roothash")))?;
                 (
                     hash,
-                    RootHashSource::File(PathBuf::from(format!("{name}.roothash"))),
+                    RootHashSource::File(PathBuf::from(beside_address(name, ".roothash"))),
                 )
             }
             Err(e) if options.mode == VerityMode::Auto => {
@@ -370,7 +377,7 @@ fn remote_plan(
         None => remote_beside(&address, ".roothash.p7s")
             .and_then(|s| read_small(&s))
             .ok()
-            .map(|bytes| (PathBuf::from(format!("{name}.roothash.p7s")), bytes)),
+            .map(|bytes| (PathBuf::from(beside_address(name, ".roothash.p7s")), bytes)),
     };
     Ok(Some(Plan {
         found: Found {
@@ -490,4 +497,25 @@ fn signature_partition(
                 .map_err(|e| anyhow!("{name}: partition {} signature: {e}", partition.number))
         })?;
     Ok((hash, signature))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beside_address;
+
+    #[test]
+    fn a_sidecar_suffix_goes_on_the_path_before_a_query() {
+        assert_eq!(
+            beside_address("https://h/i.sqfs", ".verity"),
+            "https://h/i.sqfs.verity"
+        );
+        assert_eq!(
+            beside_address("https://h/i.sqfs?token=a.b&x=1", ".roothash"),
+            "https://h/i.sqfs.roothash?token=a.b&x=1"
+        );
+        assert_eq!(
+            beside_address("https://h/i.sqfs#part", ".verity"),
+            "https://h/i.sqfs.verity#part"
+        );
+    }
 }

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import e5_remote, e5_report, e5_servers, e6_start, experiments, images, report  # noqa: E402
+from benchlib import e5_remote, e5_report, e5_servers, e6_start, e7_verity, experiments, images, report  # noqa: E402
 from benchlib.common import REPO_DIR, WORK_DIR, first_line, is_root, log, meminfo, run  # noqa: E402
 from benchlib.mounts import Erofs, Kernel, Squashd, SquashdKernel, Squashfuse, cleanup, leftovers  # noqa: E402
 
@@ -38,8 +38,8 @@ def parse_args():
                    help="also run squashd's kernel path from another build (or with variables set in its "
                         "environment) in E1 and E2, as squashd_kernel_NAME; may be repeated")
     p.add_argument("--only", default="E1,E2,E3,E4",
-                   help="comma-separated experiments to run (E5, remote images, and E6, application start, "
-                        "run only when named here)")
+                   help="comma-separated experiments to run (E5, remote images, E6, application start, "
+                        "and E7, verified images, run only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
     return p.parse_args()
 
@@ -132,8 +132,8 @@ def main():
                     for s in systems],
     }
     try:
-        needed = [name for name, users in (("usr", {"E1", "E4", "E5"}), ("data", {"E2", "E4", "E5"}),
-                                           ("services", {"E3"})) if users & only]
+        needed = [name for name, users in (("usr", {"E1", "E4", "E5", "E7"}), ("data", {"E2", "E4", "E5", "E7"}),
+                                           ("services", {"E3", "E7"})) if users & only]
         results["images"] = images.build_all(mode, needed)
         usr, data, services = (results["images"].get(k) for k in ("usr", "data", "services"))
         if not erofs.skip_reason and only & {"E1", "E2"}:
@@ -176,6 +176,8 @@ def main():
         if "E6" in only:
             e6_systems = [x for x in systems if x.name != "erofs" and x not in variants] + fuse_variants + variants
             results["E6"] = e6_start.e6_start(e6_systems, [1, 16], args.runs, experiments._mnt)
+        if "E7" in only:
+            results["E7"] = e7_verity.e7_verity(squashd, usr, data, services, args.runs, [1, 16])
     finally:
         e5_servers.stop_all()
         cleanup()
@@ -206,6 +208,8 @@ def main():
         md += "\n" + e5_report.markdown(results["E5"])
     if "E6" in results:
         md += "\n" + e6_start.markdown(results["E6"])
+    if "E7" in results:
+        md += "\n" + e7_verity.markdown(results["E7"])
     if only & {"E1", "E2", "E3", "E4"}:
         try:
             report.plots(results, args.out, stem + "-")

@@ -439,8 +439,11 @@ class ServeDaemon:
     def __init__(self, binary, pairs, timeout=120.0, options=None):
         self.binary, self.pairs, self.timeout = binary, pairs, timeout
         # `options = "kernel"` per image: the kernel path (erofs mounts, unmounted by umount(8)).
+        # A dict gives each image its own options (E7: each its own hash tree).
         self.options = options
-        self.unmounter = _UmountUnmounter if options and "kernel" in options.split(",") else _FuseUnmounter
+        every = options.values() if isinstance(options, dict) else [options]
+        kernel = any(o and "kernel" in o.split(",") for o in every)
+        self.unmounter = _UmountUnmounter if kernel else _FuseUnmounter
         self.ready_seconds = None
         self.proc = None
         self.dir = tempfile.mkdtemp(prefix="serve-", dir=WORK_DIR)
@@ -450,8 +453,9 @@ class ServeDaemon:
         lines = [f"socket = {json.dumps(self.socket)}", ""]
         for image, mnt in self.pairs:
             lines += ["[[image]]", f"path = {json.dumps(image)}", f"mountpoint = {json.dumps(mnt)}"]
-            if self.options:
-                lines.append(f"options = {json.dumps(self.options)}")
+            options = self.options.get(image) if isinstance(self.options, dict) else self.options
+            if options:
+                lines.append(f"options = {json.dumps(options)}")
             lines.append("")
         return "\n".join(lines)
 

@@ -8,6 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use squashd_core::source::{MemorySource, Source};
 use squashd_core::verity::{read_tree_location, VerityOptions, VeritySource};
+use squashd_core::{CacheBudgets, Caches};
 use std::sync::Arc;
 
 fuzz_target!(|input: &[u8]| {
@@ -36,7 +37,7 @@ fuzz_target!(|input: &[u8]| {
             0,
             Arc::new(hash.clone()),
             &location,
-            1 << 16,
+            Arc::new(Caches::new(&CacheBudgets::new(1 << 16, 1 << 16))),
         ) else {
             continue;
         };

@@ -121,7 +121,9 @@ fn mount(args: Args, mut options: Options, ready_fd: Option<ReadyFd>) -> anyhow:
         options.partition,
         &options.remote,
     )?;
-    let (opened, verified) = crate::verity::verify_opened(opened, &image_path, &options.verity)?;
+    let caches = crate::verity::image_caches(&mut options.open);
+    let (opened, verified) =
+        crate::verity::verify_opened(opened, &image_path, &options.verity, &caches)?;
     options.open.offset = opened.offset;
     let image_path = PathBuf::from(&*opened.name);
     if !options.gave("fsname") {

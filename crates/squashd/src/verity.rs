@@ -12,6 +12,7 @@ use squashd_core::verity::{
     discover, find_root_hash, find_signature, from_hex, read_tree_location, to_hex, Found,
     RootHashSource, VerityHandle, VerityMode, VerityOptions, VeritySource,
 };
+use squashd_core::{Caches, OpenOptions};
 use squashd_remote::{Location, RemoteOptions, RemoteSource};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,6 +109,14 @@ impl VerityArgs {
     }
 }
 
+/// The caches an image opened with `open` reads through, made now when they are its own, and
+/// set in `open`: the verity source must use the same ones (see [`verify_opened`]).
+pub(crate) fn image_caches(open: &mut OpenOptions) -> Arc<Caches> {
+    open.caches
+        .get_or_insert_with(|| Arc::new(Caches::new(&open.budgets)))
+        .clone()
+}
+
 /// Where an image's tree, root hash and data are, found.
 struct Plan {
     found: Found,
@@ -119,7 +128,9 @@ struct Plan {
     hash_source: Option<Arc<dyn Source>>,
 }
 
-/// Puts `opened` (read from `image`) behind its hash tree as `options` say: unchanged when
+/// Puts `opened` (read from `image`) behind its hash tree as `options` say, its checked hash
+/// blocks and bitmap within the metadata budget of `caches` (the caches the image will be
+/// opened with: [`image_caches`]): unchanged when
 /// there is nothing to verify (`verity=off`, or `auto` and no tree found); an error of one line
 /// when a tree is required and missing, cannot be read, or does not match its root hash. A
 /// disk image's `-verity` partition is its tree, its root hash taken from `roothash=`, its
@@ -128,6 +139,7 @@ pub(crate) fn verify_opened(
     opened: OpenedSource,
     image: &Path,
     options: &VerityOptions,
+    caches: &Arc<Caches>,
 ) -> anyhow::Result<(OpenedSource, Option<Verified>)> {
     if options.mode == VerityMode::Off {
         return Ok((opened, None));
@@ -228,7 +240,7 @@ pub(crate) fn verify_opened(
         data_start,
         hash,
         &location,
-        options.cache_bytes,
+        caches.clone(),
     )
     .map_err(|e| {
         let hint = if e.is_root_mismatch() {
@@ -280,9 +292,16 @@ fn plain_plan(
 /// The most bytes of a remote `URL.roothash` or `URL.roothash.p7s` read.
 const MAX_REMOTE_SIDECAR: u64 = 64 << 10;
 
-/// A remote object beside the image (`URL` + `suffix`), opened, without read-ahead.
+/// `address` with `suffix` on its path: a query (`?...`) or fragment belongs to the whole
+/// address (a token, a signature) and stays after it, as `URL.verity` is the path's sidecar.
+fn beside_address(address: &str, suffix: &str) -> String {
+    let end = address.find(['?', '#']).unwrap_or(address.len());
+    format!("{}{suffix}{}", &address[..end], &address[end..])
+}
+
+/// A remote object beside the image (`URL` + `suffix` on its path), opened, without read-ahead.
 fn remote_beside(address: &str, suffix: &str) -> Result<RemoteSource, String> {
-    let location = Location::parse(&format!("{address}{suffix}"))?;
+    let location = Location::parse(&beside_address(address, suffix))?;
     RemoteSource::open(
         &location,
         &RemoteOptions {
@@ -321,10 +340,10 @@ fn remote_plan(
         None => match remote_beside(&address, ".roothash").and_then(|s| read_small(&s)) {
             Ok(text) => {
                 let hash = from_hex(&String::from_utf8_lossy(&text))
-                    .map_err(|e| anyhow!("{name}.roothash: {e}"))?;
+                    .map_err(|e| anyhow!("{}: {e}", beside_address(name, ".roothash")))?;
                 (
                     hash,
-                    RootHashSource::File(PathBuf::from(format!("{name}.roothash"))),
+                    RootHashSource::File(PathBuf::from(beside_address(name, ".roothash"))),
                 )
             }
             Err(e) if options.mode == VerityMode::Auto => {
@@ -358,7 +377,7 @@ fn remote_plan(
         None => remote_beside(&address, ".roothash.p7s")
             .and_then(|s| read_small(&s))
             .ok()
-            .map(|bytes| (PathBuf::from(format!("{name}.roothash.p7s")), bytes)),
+            .map(|bytes| (PathBuf::from(beside_address(name, ".roothash.p7s")), bytes)),
     };
     Ok(Some(Plan {
         found: Found {
@@ -478,4 +497,25 @@ fn signature_partition(
                 .map_err(|e| anyhow!("{name}: partition {} signature: {e}", partition.number))
         })?;
     Ok((hash, signature))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beside_address;
+
+    #[test]
+    fn a_sidecar_suffix_goes_on_the_path_before_a_query() {
+        assert_eq!(
+            beside_address("https://h/i.sqfs", ".verity"),
+            "https://h/i.sqfs.verity"
+        );
+        assert_eq!(
+            beside_address("https://h/i.sqfs?token=a.b&x=1", ".roothash"),
+            "https://h/i.sqfs.roothash?token=a.b&x=1"
+        );
+        assert_eq!(
+            beside_address("https://h/i.sqfs#part", ".verity"),
+            "https://h/i.sqfs.verity#part"
+        );
+    }
 }

@@ -15,7 +15,7 @@ pub use stats::{CacheCounters, CacheStats};
 use quick_cache::sync::{Cache, DefaultLifecycle, GuardResult};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 /// Identifies a block: which image, and the block's position in it. Images share caches (the
@@ -65,6 +65,8 @@ pub struct BlockCache<V: CacheValue> {
     /// Values dropped by `clear` or `forget_image`, so they are not mistaken for evictions.
     cleared: AtomicU64,
     capacity: u64,
+    /// Bytes of the budget held outside the cache by its users (see [`BlockCache::reserve`]).
+    reserved: Mutex<u64>,
 }
 
 impl<V: CacheValue> BlockCache<V> {
@@ -99,7 +101,40 @@ impl<V: CacheValue> BlockCache<V> {
             counters,
             cleared: AtomicU64::new(0),
             capacity,
+            reserved: Mutex::new(0),
         }
+    }
+
+    /// Takes `bytes` of the budget for memory held outside the cache (a verified image's
+    /// bitmap of checked blocks): the cache then holds that much less, evicting now if it must,
+    /// so that both together stay within the budget. Given back by [`BlockCache::release`].
+    pub fn reserve(&self, bytes: u64) {
+        self.resize(|reserved| reserved.saturating_add(bytes));
+    }
+
+    /// Gives back `bytes` taken by [`BlockCache::reserve`].
+    pub fn release(&self, bytes: u64) {
+        self.resize(|reserved| reserved.saturating_sub(bytes));
+    }
+
+    /// Changes the reservation and the cache's capacity under one lock, so that concurrent
+    /// changes cannot leave a stale capacity.
+    fn resize(&self, change: impl FnOnce(u64) -> u64) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
+        *reserved = change(*reserved);
+        if let Some(cache) = &self.cache {
+            cache.set_capacity(self.capacity.saturating_sub(*reserved));
+        }
+    }
+
+    /// Bytes held now by the values of image `image` (a walk of the whole cache, for reports).
+    pub fn resident_bytes_of(&self, image: u32) -> u64 {
+        self.cache.as_ref().map_or(0, |c| {
+            c.iter()
+                .filter(|(key, _)| key.image == image)
+                .map(|(_, value)| value.weight())
+                .sum()
+        })
     }
 
     /// The value for `key`, loading it with `load` on a miss. Concurrent misses on one key run
@@ -181,7 +216,7 @@ impl<V: CacheValue> BlockCache<V> {
         self.cache.as_ref().and_then(|c| c.peek(key))
     }
 
-    /// A snapshot of the counters and the bytes held.
+    /// A snapshot of the counters and the bytes held (those reserved included).
     ///
     /// Evictions are derived rather than counted: a key is loaded at most once while it is held
     /// (concurrent misses share one load), so every loaded value not held now, nor dropped by
@@ -192,9 +227,10 @@ impl<V: CacheValue> BlockCache<V> {
             .cache
             .as_ref()
             .map_or((0, 0), |c| (c.weight(), c.len() as u64));
+        let reserved = *self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
         let mut stats = self
             .counters
-            .snapshot(self.capacity, resident_bytes, entries);
+            .snapshot(self.capacity, resident_bytes + reserved, entries);
         let cleared = self.cleared.load(Ordering::Relaxed);
         stats.evictions = stats.loads.saturating_sub(entries + cleared);
         stats
@@ -252,6 +288,33 @@ mod tests {
             40 - s.entries,
             "clear is not eviction"
         );
+    }
+
+    #[test]
+    fn a_reservation_takes_its_bytes_from_the_budget() {
+        let cache = BlockCache::<Arc<[u8]>>::new(64 * 1024, 8 * 1024);
+        let fill = |cache: &BlockCache<Arc<[u8]>>| {
+            for pos in 0..40 {
+                cache
+                    .get_or_load(key(pos), None, || Ok::<_, ()>(block(4 * 1024)))
+                    .unwrap();
+            }
+        };
+        fill(&cache);
+        cache.reserve(48 * 1024);
+        let s = cache.stats();
+        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
+        assert!(s.entries <= 4, "{s:?}");
+        fill(&cache);
+        let s = cache.stats();
+        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
+        assert_eq!(cache.resident_bytes_of(1), s.resident_bytes - 48 * 1024);
+        cache.release(48 * 1024);
+        fill(&cache);
+        let s = cache.stats();
+        assert!(s.entries > 4 && s.resident_bytes <= 64 * 1024, "{s:?}");
+        assert_eq!(cache.resident_bytes_of(1), s.resident_bytes);
+        assert_eq!(cache.resident_bytes_of(2), 0);
     }
 
     #[test]

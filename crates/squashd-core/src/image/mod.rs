@@ -14,7 +14,7 @@ mod tables;
 mod xattr;
 
 pub(crate) use blocks::loads_on_this_thread;
-use blocks::MetadataBlock;
+pub(crate) use blocks::MetadataBlock;
 pub use caches::{CacheBudgets, Caches};
 pub use dir::DirEntry;
 pub use file::{Chunk, ChunkRead, FileReader};

@@ -50,9 +50,19 @@ pub struct Found {
     pub signature: Option<(PathBuf, Vec<u8>)>,
 }
 
-/// `image` with `suffix`, as systemd builds the names of its auxiliary files: a `.raw`
-/// ending is replaced, any other name is kept whole.
-fn beside(image: &Path, suffix: &str) -> Vec<PathBuf> {
+/// The suffixes of the files beside an image that verity reads.
+pub const SIDECAR_SUFFIXES: &[&str] = &[
+    ".verity",
+    ".roothash",
+    ".roothash.p7s",
+    ".usrhash",
+    ".usrhash.p7s",
+];
+
+/// The names of `image`'s file ending in `suffix`, in the order they are looked for, as
+/// systemd builds the names of its auxiliary files: a `.raw` ending is replaced, any other
+/// name is kept whole.
+pub fn sidecar_names(image: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut names = Vec::new();
     let text = image.as_os_str().as_encoded_bytes();
     if let Some(stem) = text.strip_suffix(b".raw") {
@@ -66,17 +76,45 @@ fn beside(image: &Path, suffix: &str) -> Vec<PathBuf> {
     names
 }
 
-fn first_existing(image: &Path, suffix: &str) -> Option<PathBuf> {
-    beside(image, suffix).into_iter().find(|p| p.is_file())
+/// A sidecar file found: the name it was found at, and the path to read it through.
+struct Sidecar {
+    shown: PathBuf,
+    read: PathBuf,
 }
 
-fn read_hex_file(path: &Path) -> Result<Vec<u8>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the root hash: {e}", path.display()))?;
-    from_hex(&text).map_err(|e| format!("{}: {e}", path.display()))
+/// The first of `image`'s files ending in `suffix` that is there: among those opened
+/// already when `options` has them, else a regular file by that name.
+fn first_existing(image: &Path, suffix: &str, options: &VerityOptions) -> Option<Sidecar> {
+    let names = sidecar_names(image, suffix);
+    match &options.opened_beside {
+        Some(opened) => names.into_iter().find_map(|name| {
+            opened
+                .files
+                .iter()
+                .find(|(shown, _)| *shown == name)
+                .map(|(shown, read)| Sidecar {
+                    shown: shown.clone(),
+                    read: read.clone(),
+                })
+        }),
+        None => names.into_iter().find(|p| p.is_file()).map(|p| Sidecar {
+            shown: p.clone(),
+            read: p,
+        }),
+    }
 }
 
-fn read_xattr(image: &Path, name: &str) -> Option<Vec<u8>> {
+fn read_hex_file(file: &Sidecar) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(&file.read)
+        .map_err(|e| format!("{}: cannot read the root hash: {e}", file.shown.display()))?;
+    from_hex(&text).map_err(|e| format!("{}: {e}", file.shown.display()))
+}
+
+fn read_xattr(image: &Path, name: &str, options: &VerityOptions) -> Option<Vec<u8>> {
+    let image = match &options.opened_beside {
+        Some(opened) => opened.image.as_deref()?,
+        None => image,
+    };
     let mut buf = vec![0u8; 256];
     let len = rustix::fs::getxattr(image, name, &mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf[..len.min(buf.len())]).into_owned();
@@ -103,13 +141,13 @@ pub fn find_root_hash(
         (".roothash", ".roothash.p7s", "user.verity.roothash"),
         (".usrhash", ".usrhash.p7s", "user.verity.usrhash"),
     ] {
-        if let Some(path) = first_existing(image, suffix) {
+        if let Some(file) = first_existing(image, suffix, options) {
             return Ok((
-                Some((read_hex_file(&path)?, RootHashSource::File(path))),
+                Some((read_hex_file(&file)?, RootHashSource::File(file.shown))),
                 sig,
             ));
         }
-        if let Some(hash) = read_xattr(image, attr) {
+        if let Some(hash) = read_xattr(image, attr, options) {
             return Ok((Some((hash, RootHashSource::Xattr(attr))), sig));
         }
     }
@@ -123,15 +161,18 @@ pub fn find_signature(
     options: &VerityOptions,
     suffix: &str,
 ) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
-    let path = match &options.root_hash_sig {
-        Some(path) => Some(path.clone()),
-        None => first_existing(image, suffix),
+    let file = match &options.root_hash_sig {
+        Some(path) => Some(Sidecar {
+            shown: path.clone(),
+            read: path.clone(),
+        }),
+        None => first_existing(image, suffix, options),
     };
-    path.map(|path| match std::fs::read(&path) {
-        Ok(bytes) => Ok((path, bytes)),
+    file.map(|file| match std::fs::read(&file.read) {
+        Ok(bytes) => Ok((file.shown, bytes)),
         Err(e) => Err(format!(
             "{}: cannot read the signature: {e}",
-            path.display()
+            file.shown.display()
         )),
     })
     .transpose()
@@ -150,7 +191,7 @@ pub fn discover(image: &Path, options: &VerityOptions) -> Result<Option<Found>, 
     let tree = match (&options.verity_data, options.hash_offset) {
         (Some(path), _) => Some((Some(path.clone()), options.hash_offset.unwrap_or(0))),
         (None, Some(offset)) => Some((None, offset)),
-        (None, None) => first_existing(image, ".verity").map(|path| (Some(path), 0)),
+        (None, None) => first_existing(image, ".verity", options).map(|file| (Some(file.read), 0)),
     };
     let (root_hash, root_hash_from) = match (root, &tree) {
         (Some(root), Some(_)) => root,

@@ -6,12 +6,14 @@
 //! A data block is hashed the first time it is read and marked in a bitmap; later reads of it
 //! go straight to the underlying source, as with dm-verity's `check_at_most_once`: squashd's
 //! caches above keep what was read, and the image is immutable. Hash blocks checked up to the
-//! root are kept in a cache bounded in bytes.
+//! root are kept in the image's metadata cache tier, and the bitmap's bytes are taken from its
+//! budget: verifying costs no memory beyond that budget.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use squashd_core::source::{MemorySource, Source};
 //! use squashd_core::verity::{build_tree, TreeLocation, TreeParams, VeritySource};
+//! use squashd_core::{CacheBudgets, Caches};
 //! let data = vec![7u8; 64 * 4096];
 //! let params = TreeParams::new(64, b"salt".to_vec());
 //! let (tree, root) = build_tree(&params, &data, 0, true)?;
@@ -20,7 +22,8 @@
 //! };
 //! let source = VeritySource::new(
 //!     "example".into(), Arc::new(MemorySource::new(data)), 0,
-//!     Arc::new(MemorySource::new(tree)), &location, 1 << 20,
+//!     Arc::new(MemorySource::new(tree)), &location,
+//!     Arc::new(Caches::new(&CacheBudgets::default())),
 //! )?;
 //! let mut buf = [0u8; 10];
 //! source.read_exact_at(&mut buf, 5000)?;
@@ -37,11 +40,11 @@ mod source;
 mod tests;
 
 pub use discover::{
-    discover, find_root_hash, find_signature, read_tree_location, Found, FoundRootHash,
-    RootHashSource,
+    discover, find_root_hash, find_signature, read_tree_location, sidecar_names, Found,
+    FoundRootHash, RootHashSource, SIDECAR_SUFFIXES,
 };
 pub use hash::{build_tree, from_hex, hash_block, to_hex, BlockDigest, MAX_DIGEST};
-pub use options::{VerityMode, VerityOptions};
+pub use options::{OpenedBeside, VerityMode, VerityOptions};
 pub use params::{
     first_tree_block, parse_superblock, write_superblock, Geometry, HashAlgorithm, HashType,
     TreeParams, MAX_SALT, SUPERBLOCK_LEN,

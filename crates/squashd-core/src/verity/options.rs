@@ -73,8 +73,23 @@ pub struct VerityOptions {
     /// `verity_block_size=BYTES`: data and hash block size of a tree without superblock
     /// (default 4096).
     pub block_size: u32,
-    /// `verity_cache=BYTES`: checked hash blocks kept in memory per image.
-    pub cache_bytes: u64,
+    /// The files beside the image, opened already (by the daemon, with the rights of the user
+    /// who attaches the image): when set, discovery reads these and no path beside the image.
+    /// Not an option a user can give.
+    pub opened_beside: Option<OpenedBeside>,
+}
+
+/// The files beside an image where verity looks (see [`super::sidecar_names`]), opened
+/// once by whoever checked that they may be read; discovery then reads them through these
+/// descriptors rather than by name, so that no file swapped in after the check is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenedBeside {
+    /// Each sidecar found: the name it was found at (for messages) and a path that reads the
+    /// very file opened (`/proc/self/fd/N`, held open by the caller). A name not here is absent.
+    pub files: Vec<(PathBuf, PathBuf)>,
+    /// Where the image's extended attributes are read (`/proc/self/fd/N` of the image opened
+    /// for the user); `None`: none are read.
+    pub image: Option<PathBuf>,
 }
 
 impl Default for VerityOptions {
@@ -90,7 +105,7 @@ impl Default for VerityOptions {
             algorithm: HashAlgorithm::Sha256,
             salt: Vec::new(),
             block_size: 4096,
-            cache_bytes: 4 << 20,
+            opened_beside: None,
         }
     }
 }
@@ -110,7 +125,6 @@ impl VerityOptions {
         "verity_hash",
         "verity_salt",
         "verity_block_size",
-        "verity_cache",
     ];
 
     /// Applies one `key=value` option. `Ok(false)`: `key` is not a verity option (the caller
@@ -167,7 +181,6 @@ impl VerityOptions {
                     .filter(|s| s.is_power_of_two() && (512..=1 << 20).contains(s))
                     .ok_or_else(|| format!("{key}={value}: a power of two from 512 to 1048576"))?;
             }
-            "verity_cache" => self.cache_bytes = number(value)?,
             _ => return Ok(false),
         }
         Ok(true)

@@ -1,15 +1,18 @@
 //! [`VeritySource`]: a [`Source`] whose every byte has been checked against a dm-verity hash
 //! tree before it is handed up. Each data block is hashed the first time it is read and then
-//! marked in a bitmap; hash blocks, once checked up to the root, are kept in a cache bounded
-//! in bytes. A block that fails its hash fails the reads that need it (and only those), is
-//! logged once and counted.
+//! marked in a bitmap; hash blocks, once checked up to the root, are kept in the image's
+//! metadata cache tier, and the bitmap's bytes are reserved from that tier's budget: a verified
+//! image needs no memory beyond the metadata budget (shared, under the daemon, by all images).
+//! A block that fails its hash fails the reads that need it (and only those), is logged once
+//! and counted.
 
 use super::hash::{hash_block, BlockDigest};
 use super::params::{first_tree_block, Geometry};
 use super::{TreeParams, VerityError};
+use crate::cache::{next_image_id, BlockKey};
+use crate::image::MetadataBlock;
 use crate::source::Source;
-use quick_cache::sync::Cache;
-use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
+use crate::Caches;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,9 +42,9 @@ pub struct VerityStats {
     pub failures: u64,
     /// Hash blocks read from the hash source and checked.
     pub hash_block_loads: u64,
-    /// Bytes of checked hash blocks held in memory now.
+    /// Bytes of checked hash blocks held now in the metadata cache tier.
     pub hash_cache_bytes: u64,
-    /// Bytes of the bitmap of checked data blocks.
+    /// Bytes of the bitmap of checked data blocks, reserved from the metadata tier's budget.
     pub bitmap_bytes: u64,
 }
 
@@ -55,7 +58,10 @@ struct VerityState {
     geometry: Geometry,
     root: Vec<u8>,
     verified: Vec<AtomicU64>,
-    hash_blocks: Cache<u64, Arc<[u8]>, HashBlockWeighter>,
+    /// The caches whose metadata tier holds the checked hash blocks (keyed by `cache_id`) and
+    /// lends the bitmap its bytes.
+    caches: Arc<Caches>,
+    cache_id: u32,
     failures: AtomicU64,
     hash_block_loads: AtomicU64,
     /// Blocks whose failure was logged: each is logged once (at most `MAX_LOGGED`).
@@ -67,12 +73,11 @@ struct VerityState {
 
 const MAX_LOGGED: usize = 1024;
 
-#[derive(Clone)]
-struct HashBlockWeighter;
-
-impl Weighter<u64, Arc<[u8]>> for HashBlockWeighter {
-    fn weight(&self, _key: &u64, block: &Arc<[u8]>) -> u64 {
-        block.len() as u64
+impl Drop for VerityState {
+    /// The bitmap's bytes go back to the metadata budget, and the hash blocks leave the cache.
+    fn drop(&mut self) {
+        self.caches.metadata.release(self.bitmap_bytes());
+        self.caches.metadata.forget_image(self.cache_id);
     }
 }
 
@@ -113,15 +118,16 @@ impl std::fmt::Debug for VeritySource {
 impl VeritySource {
     /// Checks `data` (from byte `data_start` on) against the tree `tree` in `hash`; the tree's
     /// top block is read and checked against the root hash here, so a wrong root hash fails
-    /// now. `cache_bytes` bounds the checked hash blocks kept in memory (at least one block
-    /// per level is always allowed). `name` names the image in errors.
+    /// now. Checked hash blocks are kept in the metadata tier of `caches` (give the image the
+    /// same caches), which also lends the bitmap of checked blocks its bytes. `name` names the
+    /// image in errors.
     pub fn new(
         name: Arc<str>,
         data: Arc<dyn Source>,
         data_start: u64,
         hash: Arc<dyn Source>,
         tree: &TreeLocation,
-        cache_bytes: u64,
+        caches: Arc<Caches>,
     ) -> Result<VeritySource, VerityError> {
         let params = tree.params.clone();
         let first = first_tree_block(tree.hash_offset, params.hash_block_size, tree.superblock);
@@ -150,20 +156,8 @@ impl VeritySource {
             )));
         }
         let words = params.data_blocks.div_ceil(64);
-        let verified = (0..words).map(|_| AtomicU64::new(0)).collect();
-        let block = u64::from(params.hash_block_size);
-        let levels = geometry.levels.len().max(1) as u64;
-        let cache_bytes = cache_bytes.max(block * levels * 4);
-        let hash_blocks = Cache::with_options(
-            OptionsBuilder::new()
-                .estimated_items_capacity((cache_bytes / block) as usize)
-                .weight_capacity(cache_bytes)
-                .build()
-                .map_err(|e| VerityError::Params(format!("hash block cache: {e:?}")))?,
-            HashBlockWeighter,
-            DefaultHashBuilder::default(),
-            Default::default(),
-        );
+        let verified: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        caches.metadata.reserve(words * 8);
         let state = VerityState {
             name,
             data,
@@ -173,7 +167,8 @@ impl VeritySource {
             geometry,
             root: tree.root_hash.clone(),
             verified,
-            hash_blocks,
+            caches,
+            cache_id: next_image_id(),
             failures: AtomicU64::new(0),
             hash_block_loads: AtomicU64::new(0),
             logged: Mutex::new(HashSet::new()),
@@ -266,9 +261,13 @@ impl VerityState {
                 .sum(),
             failures: self.failures.load(Ordering::Relaxed),
             hash_block_loads: self.hash_block_loads.load(Ordering::Relaxed),
-            hash_cache_bytes: self.hash_blocks.weight(),
-            bitmap_bytes: self.verified.len() as u64 * 8,
+            hash_cache_bytes: self.caches.metadata.resident_bytes_of(self.cache_id),
+            bitmap_bytes: self.bitmap_bytes(),
         }
+    }
+
+    fn bitmap_bytes(&self) -> u64 {
+        self.verified.len() as u64 * 8
     }
 
     fn is_verified(&self, block: u64) -> bool {
@@ -310,31 +309,40 @@ impl VerityState {
         Ok(BlockDigest::from_slice(&parent[slot..slot + len]))
     }
 
-    /// Hash block `index` of `level` (0: the hashes of data blocks), checked up to the root.
+    /// Hash block `index` of `level` (0: the hashes of data blocks), checked up to the root,
+    /// through the metadata cache tier: concurrent misses on one block read and check it once.
     fn hash_block(&self, level: usize, index: u64) -> Result<Arc<[u8]>, VerityError> {
         let (first, _) = self.geometry.levels[level];
         let absolute = first + index;
-        if let Some(block) = self.hash_blocks.get(&absolute) {
-            return Ok(block);
-        }
-        let expected = self.expected(level + 1, index)?;
-        let size = u64::from(self.params.hash_block_size);
-        let mut bytes = vec![0u8; size as usize];
-        self.hash
-            .read_exact_at(&mut bytes, absolute * size)
-            .map_err(VerityError::Io)?;
-        self.hash_block_loads.fetch_add(1, Ordering::Relaxed);
-        if hash_block(&self.params, &bytes) != expected {
-            return Err(self.failed(VerityError::BadBlock {
-                hash_block: true,
-                block: absolute,
-                position: absolute * size,
-                root: level + 1 == self.geometry.levels.len(),
-            }));
-        }
-        let bytes: Arc<[u8]> = bytes.into();
-        self.hash_blocks.insert(absolute, bytes.clone());
-        Ok(bytes)
+        let key = BlockKey {
+            image: self.cache_id,
+            pos: absolute,
+        };
+        let loaded = self.caches.metadata.get_or_load(key, None, || {
+            // The parent is fetched (and checked) before this block's guard is dropped: the
+            // loads nest upwards only, so no two loaders wait for each other.
+            let expected = self.expected(level + 1, index)?;
+            let size = u64::from(self.params.hash_block_size);
+            let mut bytes = vec![0u8; size as usize];
+            self.hash
+                .read_exact_at(&mut bytes, absolute * size)
+                .map_err(VerityError::Io)?;
+            self.hash_block_loads.fetch_add(1, Ordering::Relaxed);
+            if hash_block(&self.params, &bytes) != expected {
+                return Err(self.failed(VerityError::BadBlock {
+                    hash_block: true,
+                    block: absolute,
+                    position: absolute * size,
+                    root: level + 1 == self.geometry.levels.len(),
+                }));
+            }
+            // A hash block has no successor: `next` is not used for it.
+            Ok(MetadataBlock {
+                data: bytes.into(),
+                next: 0,
+            })
+        })?;
+        Ok(loaded.data)
     }
 
     /// Checks data block `block`, whose bytes are `bytes`, and marks it good.

@@ -93,8 +93,16 @@ fn open(
         data_start,
         Arc::new(MemorySource::new(tree)),
         location,
-        1 << 16,
+        small_caches(),
     )
+}
+
+/// Caches whose metadata tier holds 64 KiB: a tree's blocks are evicted and read again.
+fn small_caches() -> Arc<crate::Caches> {
+    Arc::new(crate::Caches::new(&crate::CacheBudgets::new(
+        1 << 16,
+        1 << 16,
+    )))
 }
 
 #[test]
@@ -147,8 +155,15 @@ fn a_tree_appended_at_a_hash_offset_reads_like_a_separate_one() {
         0,
     )
     .unwrap();
-    let source =
-        VeritySource::new("one".into(), file.clone(), 0, file, &location, 1 << 16).unwrap();
+    let source = VeritySource::new(
+        "one".into(),
+        file.clone(),
+        0,
+        file,
+        &location,
+        small_caches(),
+    )
+    .unwrap();
     let mut buf = vec![1u8; 10_000];
     source.read_exact_at(&mut buf, 12_345).unwrap();
     assert!(buf.iter().all(|&b| b == 0));
@@ -292,4 +307,60 @@ fn a_wrong_root_hash_of_a_one_block_image_refuses_to_open() {
     let e = open(data, 0, tree, &location).unwrap_err();
     assert!(e.is_root_mismatch(), "{e}");
     assert!(e.to_string().contains("root hash does not match"), "{e}");
+}
+
+#[test]
+fn hash_blocks_and_the_bitmap_stay_within_the_metadata_budget() {
+    // 8192 data blocks: 64 hash blocks (256 KiB) at level 0, four times the budget.
+    let blocks = 8192u64;
+    let data = pattern(blocks as usize * 4096);
+    let params = TreeParams::new(blocks, b"pepper".to_vec());
+    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
+    let location = TreeLocation {
+        params,
+        hash_offset: 0,
+        superblock: true,
+        root_hash: root.as_bytes().to_vec(),
+    };
+    let caches = small_caches();
+    let budget = caches.budgets().metadata_bytes;
+    let source = VeritySource::new(
+        "big".into(),
+        Arc::new(MemorySource::new(data.clone())),
+        0,
+        Arc::new(MemorySource::new(tree)),
+        &location,
+        caches.clone(),
+    )
+    .unwrap();
+    // Every block, read twice in strides that leave each hash block before coming back.
+    let mut buf = vec![0u8; 4096];
+    for round in 0..2 {
+        for stride in 0..4 {
+            for block in (stride..blocks).step_by(4) {
+                let pos = block * 4096;
+                source.read_exact_at(&mut buf, pos).unwrap();
+                assert!(buf[..] == data[pos as usize..][..4096], "block {block}");
+            }
+        }
+        let stats = source.stats();
+        assert_eq!(stats.verified_blocks, blocks, "round {round}");
+        assert_eq!(stats.bitmap_bytes, blocks / 8);
+        assert!(
+            stats.hash_cache_bytes > 0 && stats.hash_cache_bytes + stats.bitmap_bytes <= budget,
+            "{stats:?}"
+        );
+        let metadata = caches.stats().metadata;
+        assert!(metadata.resident_bytes <= budget, "{metadata:?}");
+    }
+    // The first round loaded more hash blocks than fit, each once per stride: evicted ones
+    // were read again (the second round, all verified, loaded none).
+    assert!(source.stats().hash_block_loads > 64, "{:?}", source.stats());
+    let mut bad = Vec::new();
+    source
+        .verify_blocks(0, blocks, &mut Vec::new(), &mut |b, _| bad.push(b))
+        .unwrap();
+    assert!(bad.is_empty());
+    drop(source);
+    assert_eq!(caches.stats().metadata.resident_bytes, 0, "freed at close");
 }

@@ -54,6 +54,15 @@ impl ImageArgs {
         Ok(self.open_located()?.0)
     }
 
+    /// How the image is opened: with caches of the budgets given.
+    pub(crate) fn open_options(&self) -> OpenOptions {
+        let defaults = CacheBudgets::default();
+        OpenOptions::default().with_budgets(CacheBudgets::new(
+            self.metadata_cache.unwrap_or(defaults.metadata_bytes),
+            self.data_cache.unwrap_or(defaults.data_bytes),
+        ))
+    }
+
     /// Opens the image as [`ImageArgs::open`] does, and says where it was found: `None` when
     /// `--offset` was given.
     pub fn open_located(&self) -> anyhow::Result<(Image, Option<Located>)> {
@@ -67,11 +76,7 @@ impl ImageArgs {
         &self,
     ) -> anyhow::Result<(Image, Option<Located>, Option<crate::verity::Verified>)> {
         let verity = self.verity.options()?;
-        let defaults = CacheBudgets::default();
-        let options = OpenOptions::default().with_budgets(CacheBudgets::new(
-            self.metadata_cache.unwrap_or(defaults.metadata_bytes),
-            self.data_cache.unwrap_or(defaults.data_bytes),
-        ));
+        let mut options = self.open_options();
         let remote = crate::remote::RemoteSettings {
             disk_cache_dir: self.disk_cache.clone(),
             disk_cache_bytes: self.disk_cache_size,
@@ -81,7 +86,9 @@ impl ImageArgs {
         if let Some(source) = &opened.remote {
             progress::show_fetching(source.clone());
         }
-        let (opened, verified) = crate::verity::verify_opened(opened, &self.image, &verity)?;
+        let caches = crate::verity::image_caches(&mut options);
+        let (opened, verified) =
+            crate::verity::verify_opened(opened, &self.image, &verity, &caches)?;
         let image = Image::from_source(
             opened.source,
             opened.name,

@@ -47,7 +47,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &remote,
     )?;
     let name = opened.name.clone();
-    let (_, verified) = crate::verity::verify_opened(opened, &args.image.image, &options)?;
+    // Hash blocks are checked once each here, but kept within the metadata budget as a mount's.
+    let caches = crate::verity::image_caches(&mut args.image.open_options());
+    let (_, verified) = crate::verity::verify_opened(opened, &args.image.image, &options, &caches)?;
     let verified = verified.ok_or_else(|| anyhow!("{name}: no hash tree to verify it with"))?;
     let params = verified.source.params().clone();
     let blocks = params.data_blocks;

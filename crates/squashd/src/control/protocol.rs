@@ -219,9 +219,9 @@ pub struct VerityStatus {
     pub verified_blocks: u64,
     /// Hash blocks read from the tree and checked.
     pub hash_block_loads: u64,
-    /// Bytes of checked hash blocks held in memory.
+    /// Bytes of checked hash blocks held now in the metadata cache (within its budget).
     pub hash_cache_bytes: u64,
-    /// Bytes of the bitmap of checked data blocks.
+    /// Bytes of the bitmap of checked data blocks (taken from the metadata budget).
     pub bitmap_bytes: u64,
 }
 

@@ -204,7 +204,8 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         root_only: Some("cache budgets are the daemon's to set"),
         value: Value::Size,
         default: DefaultValue::Value("256MiB"),
-        help: "budget of the decompressed metadata (inodes, directories) cache",
+        help: "budget of the decompressed metadata (inodes, directories) cache; a verified \
+               image's hash blocks and bitmap count against it",
         apply: |o, a| {
             o.open.budgets.metadata_bytes = a.number();
             Ok(())

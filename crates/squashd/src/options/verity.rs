@@ -114,13 +114,6 @@ pub(crate) const VERITY_OPTIONS: &[OptionSpec] = &[
         None,
         "a tree without superblock: its data and hash block size"
     ),
-    verity_option!(
-        "verity_cache",
-        "BYTES",
-        DefaultValue::Described("4194304"),
-        Some("memory budgets are the daemon's to set"),
-        "checked hash blocks kept in memory for this image"
-    ),
 ];
 
 impl Options {

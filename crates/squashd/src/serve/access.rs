@@ -174,7 +174,7 @@ impl AccessLimits {
                 "allow_mount_prefixes",
             )?;
             check_user_options(parsed, uid)?;
-            verity_files = open_verity_files(user, parsed, &image_path)?;
+            verity_files = open_verity_files(user, parsed, &image_path, image_file.as_ref())?;
             if held >= self.max_images_per_user {
                 bail!(
                     "permission denied: uid {uid} already has {held} images attached (max_images_per_user = {})",
@@ -198,28 +198,24 @@ impl AccessLimits {
     }
 }
 
-/// The files beside an image where verity finds its tree, root hash and signature.
-const VERITY_SIDECARS: &[&str] = &[
-    ".verity",
-    ".roothash",
-    ".roothash.p7s",
-    ".usrhash",
-    ".usrhash.p7s",
-];
-
 /// A user's verity files: each path the options name is opened with the user's rights and
 /// named in `parsed` as the descriptor opened (the daemon never opens a path a user gave with
 /// its own rights); refused if the user could not open it, or it is not a regular file. The
-/// files verity would find beside the image must be readable by the user too.
+/// files verity would find beside the image are opened with the user's rights too (refused if
+/// the user could not read one that is there), once: discovery then reads those descriptors
+/// and the image's xattrs through the image's (`parsed.verity.opened_beside`), so a file
+/// swapped in beside the image after this check is never read.
 fn open_verity_files(
     user: MountOwner,
     parsed: &mut Options,
     image_path: &Path,
+    image: Option<&File>,
 ) -> anyhow::Result<Vec<OwnedFd>> {
-    use squashd_core::verity::VerityMode;
+    use squashd_core::verity::{sidecar_names, OpenedBeside, VerityMode, SIDECAR_SUFFIXES};
     use std::os::fd::AsRawFd;
     let uid = user.uid;
     let mut opened = Vec::new();
+    let through = |fd: &OwnedFd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     for path in [
         &mut parsed.verity.verity_data,
         &mut parsed.verity.root_hash_sig,
@@ -233,21 +229,33 @@ fn open_verity_files(
                 path.display()
             )
         })?;
-        let regular = fstat(fd.as_fd()).is_ok_and(|st| {
-            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
-        });
-        if !regular {
+        if !is_regular(&fd) {
             bail!("{}: not a regular file", path.display());
         }
-        *path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        *path = through(&fd);
         opened.push(fd);
     }
-    if parsed.verity.mode != VerityMode::Off {
-        for suffix in VERITY_SIDECARS {
-            let mut name = image_path.as_os_str().to_os_string();
-            name.push(suffix);
-            let sidecar = PathBuf::from(name);
+    if parsed.verity.mode == VerityMode::Off {
+        return Ok(opened);
+    }
+    let mut beside = OpenedBeside::default();
+    if let Some(image) = image {
+        let fd = OwnedFd::from(
+            image
+                .try_clone()
+                .with_context(|| format!("{}: cannot hold the image", image_path.display()))?,
+        );
+        beside.image = Some(through(&fd));
+        opened.push(fd);
+    }
+    for suffix in SIDECAR_SUFFIXES {
+        for sidecar in sidecar_names(image_path, suffix) {
             match super::as_user::open_file(user, &sidecar) {
+                // As discovery by name: what is not a regular file is not there.
+                Ok(fd) if is_regular(&fd) => {
+                    beside.files.push((sidecar, through(&fd)));
+                    opened.push(fd);
+                }
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => bail!(
@@ -258,7 +266,14 @@ fn open_verity_files(
             }
         }
     }
+    parsed.verity.opened_beside = Some(beside);
     Ok(opened)
+}
+
+fn is_regular(fd: &OwnedFd) -> bool {
+    fstat(fd.as_fd()).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
+    })
 }
 
 /// The passed descriptor must be a regular file open for reading.

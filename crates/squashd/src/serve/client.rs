@@ -156,6 +156,10 @@ fn mib(bytes: u64) -> String {
     format!("{:.1}MiB", bytes as f64 / (1 << 20) as f64)
 }
 
+fn kib(bytes: u64) -> String {
+    format!("{:.1}KiB", bytes as f64 / 1024.0)
+}
+
 fn print_table(s: &Status) {
     let c = &s.shared_cache;
     println!(
@@ -241,7 +245,7 @@ fn print_table(s: &Status) {
         if let Some(v) = &i.verity {
             println!(
                 "{:<width$} verity: root hash {} from {}{}; {} of {} blocks checked, {} failed; \
-                 {} in memory (bitmap and hash blocks)",
+                 bitmap {}, hash blocks {} (in the metadata budget)",
                 "",
                 v.root_hash,
                 quote::one_line(&v.root_hash_from),
@@ -252,7 +256,8 @@ fn print_table(s: &Status) {
                 v.verified_blocks,
                 v.data_blocks,
                 i.verity_failures,
-                mib(v.bitmap_bytes + v.hash_cache_bytes)
+                kib(v.bitmap_bytes),
+                kib(v.hash_cache_bytes)
             );
         }
         if let Some(r) = &i.remote {

@@ -257,6 +257,7 @@ pub(super) fn render(status: &Status) -> String {
         }
     }
     families.extend(per_image);
+    families.push(verity_memory(status));
     families.extend(read_ahead);
     families.extend(cache);
     families.extend(remote);
@@ -299,6 +300,31 @@ pub(super) fn render(status: &Status) -> String {
         family.write(&mut out);
     }
     out
+}
+
+/// The memory of each verified image's checking, taken from the metadata budget: its bitmap
+/// of checked blocks and its hash blocks in the metadata cache.
+fn verity_memory(status: &Status) -> Family {
+    let mut family = Family::new(
+        "squashd_image_verity_memory_bytes",
+        "gauge",
+        "Bytes a verified image's checking holds within the metadata cache budget, by kind.",
+    );
+    for image in &status.images {
+        let Some(v) = &image.verity else { continue };
+        for (kind, bytes) in [
+            ("bitmap", v.bitmap_bytes),
+            ("hash_blocks", v.hash_cache_bytes),
+        ] {
+            let labels = vec![
+                ("mountpoint", image.mountpoint.display().to_string()),
+                ("image", image.image.display().to_string()),
+                ("kind", kind.to_string()),
+            ];
+            family.add(labels, bytes as f64);
+        }
+    }
+    family
 }
 
 #[cfg(test)]

@@ -248,7 +248,9 @@ impl Registry {
                 &self.remote_settings(&parsed),
             )?,
         };
-        let (source, verified) = crate::verity::verify_opened(source, &image_path, &parsed.verity)?;
+        let caches = crate::verity::image_caches(&mut parsed.open);
+        let (source, verified) =
+            crate::verity::verify_opened(source, &image_path, &parsed.verity, &caches)?;
         drop(grant.verity_files);
         parsed.open.offset = source.offset;
         // A remote image is shown by its address without secrets.

@@ -1,7 +1,8 @@
 //! Verified images under the daemon (issue 26, items 2 and 4): a block that fails its hash
 //! gives EIO to the reads that need it and shows in `status` (`verity_failures`, `health`),
 //! while the image's other files and the daemon's other images keep serving; a user's verity
-//! files are read only if the user could read them.
+//! files are read only if the user could read them, and through the descriptors opened for that
+//! check: a file swapped in beside the image after it is never read.
 
 use super::*;
 
@@ -126,6 +127,24 @@ fn a_verity_failure_gives_eio_shows_in_status_and_the_rest_keeps_serving() {
         table.contains(&format!("verity: root hash {good_root}")),
         "{table}"
     );
+    // The memory of checking, within the shared metadata budget, per image and kind.
+    let hash_bytes = status["verity"]["hash_cache_bytes"].as_u64().unwrap();
+    assert!(hash_bytes > 0, "{status}");
+    let prom = squashd_as(0, &daemon.socket, &["status", "--prometheus"]);
+    let prom = String::from_utf8_lossy(&prom.stdout).into_owned();
+    let sample = prom
+        .lines()
+        .find(|l| {
+            l.starts_with("squashd_image_verity_memory_bytes{")
+                && l.contains(&format!("{}\"", good_mnt.display()))
+                && l.contains("kind=\"bitmap\"")
+        })
+        .unwrap_or_else(|| panic!("{prom}"));
+    let bitmap = status["verity"]["bitmap_bytes"].as_u64().unwrap();
+    assert!(
+        bitmap > 0 && sample.ends_with(&format!(" {bitmap}")),
+        "{sample}"
+    );
     assert!(daemon.is_running());
     daemon.terminate();
 }
@@ -214,5 +233,103 @@ fn a_users_verity_files_must_be_theirs_to_read() {
     let status = daemon.image_status(&mnt.canonicalize().unwrap());
     assert_eq!(status["verity"]["root_hash"], root.as_str(), "{status}");
     assert_eq!(status["health"], "ok", "{status}");
+    daemon.terminate();
+}
+
+/// Waits (up to `timeout`) for the first open of `path` by anyone, then calls `then`: a
+/// thread that acts between a process's open of a file and whatever that process does next.
+fn on_first_open(
+    path: &Path,
+    timeout: Duration,
+    then: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<bool> {
+    // SAFETY: inotify_init1 takes flags only; the descriptor it returns is owned below.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(
+        fd >= 0,
+        "inotify_init1: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `fd` was just returned by inotify_init1 and is owned by nothing else.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let name = CString::new(path.as_os_str().as_bytes()).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: `fd` is an open inotify descriptor and `name` a NUL-terminated path.
+    let watch = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), name.as_ptr(), libc::IN_OPEN) };
+    assert!(
+        watch >= 0,
+        "inotify_add_watch: {}",
+        std::io::Error::last_os_error()
+    );
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + timeout;
+        let mut events = [0u8; 4096];
+        while Instant::now() < deadline {
+            // SAFETY: reads into a buffer of the length given, from the open descriptor.
+            let n = unsafe { libc::read(fd.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) };
+            if n > 0 {
+                then();
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    })
+}
+
+#[test]
+fn a_root_hash_swapped_beside_a_users_image_after_the_check_is_not_read() {
+    if !testkit::can_mount() || !have_veritysetup() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let (image, tree, root, _, _) = verity_image(&scratch.path().join("img"), 40, false);
+    let mnt = scratch.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    chown(&mnt, USER);
+    let beside_tree = PathBuf::from(format!("{}.verity", image.display()));
+    fs::copy(&tree, &beside_tree).unwrap();
+    fs::set_permissions(&beside_tree, fs::Permissions::from_mode(0o644)).unwrap();
+    // The right root hash, which the user may not read, and a wrong one the user may.
+    let secret = scratch.path().join("secret.roothash");
+    fs::write(&secret, &root).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let decoy = scratch.path().join("decoy.roothash");
+    let wrong = format!(
+        "{}{}",
+        if root.starts_with('0') { "1" } else { "0" },
+        &root[1..]
+    );
+    fs::write(&decoy, &wrong).unwrap();
+    fs::set_permissions(&decoy, fs::Permissions::from_mode(0o644)).unwrap();
+    let beside = PathBuf::from(format!("{}.roothash", image.display()));
+    std::os::unix::fs::symlink(&decoy, &beside).unwrap();
+    let mut daemon = Daemon::start(
+        scratch.path(),
+        "verity-swap",
+        &format!("allow_uids = [{USER}]\n"),
+    );
+    daemon.wait_ready(Duration::from_secs(30));
+
+    // As soon as the user's check has opened the decoy, IMAGE.roothash becomes the secret
+    // (in one rename): a daemon that read the file again by its name would read the right
+    // root hash, which the user could not, and attach.
+    let swapped = {
+        let (secret, beside) = (secret.clone(), beside.clone());
+        let staged = scratch.path().join("staged.roothash");
+        on_first_open(&decoy, Duration::from_secs(60), move || {
+            std::os::unix::fs::symlink(&secret, &staged).unwrap();
+            fs::rename(&staged, &beside).unwrap();
+        })
+    };
+    let (ok, err) = attach_as(USER, &daemon.socket, &image, &mnt, "verity=require");
+    assert!(swapped.join().unwrap(), "the decoy was never opened: {err}");
+    assert_eq!(fs::read_link(&beside).unwrap(), secret, "swapped");
+    assert!(!ok, "attached with the root hash uid {USER} could not read");
+    assert!(
+        err.contains("root hash does not match") && err.contains(&wrong),
+        "{err}"
+    );
+    assert!(mount_type(&mnt).is_none());
     daemon.terminate();
 }

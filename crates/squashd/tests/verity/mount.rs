@@ -243,3 +243,69 @@ fn a_wrong_root_hash_refuses_the_mount_with_one_line() {
     testkit::umount(&mnt);
     drop(guard);
 }
+
+#[test]
+fn a_small_metadata_budget_holds_the_hash_blocks_and_bitmap_and_reads_still_verify() {
+    if !testkit::can_mount() || !testkit::have_squashfs_tools() || !have_veritysetup() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 12 MiB of noise: 3072 data blocks, 24 level-0 hash blocks (96 KiB), more than the budget.
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("f{i}.bin"), noise(10 + i, 3 << 20)))
+        .collect();
+    let named: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice()))
+        .collect();
+    let image = testkit::image_of_files(dir.path(), &named, &["-no-fragments"]);
+    sidecars(&image);
+    let reference = dir.path().join("unsquashfs");
+    testkit::unsquashfs_extract(&image, &reference);
+    let budget = 64u64 << 10;
+    let mnt = dir.path().join("mnt");
+    let socket = dir.path().join("ctl.sock");
+    let opts = format!(
+        "fuse,verity=require,metadata_cache={budget},control={}",
+        socket.display()
+    );
+    let guard = mount(&image, &mnt, &opts);
+    testkit::assert_records_eq(
+        &testkit::walk_disk(&reference),
+        &testkit::walk_disk(&mnt),
+        "a verified mount within a 64 KiB metadata budget",
+    );
+    let status = lone_status(&socket);
+    let verity = &status["verity"];
+    let number = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(
+        number(&verity["verified_blocks"]),
+        number(&verity["data_blocks"]),
+        "{status}"
+    );
+    let (hash, bitmap) = (
+        number(&verity["hash_cache_bytes"]),
+        number(&verity["bitmap_bytes"]),
+    );
+    assert!(hash > 0 && bitmap > 0, "{status}");
+    assert!(hash + bitmap <= budget, "{status}");
+    let metadata = &status["cache"]["metadata"];
+    assert_eq!(number(&metadata["capacity_bytes"]), budget, "{status}");
+    assert!(
+        number(&metadata["resident_bytes"]) <= budget
+            && number(&metadata["resident_bytes"]) >= hash + bitmap,
+        "{status}"
+    );
+    let table = squashd(&[
+        OsStr::new("status"),
+        OsStr::new("--socket"),
+        socket.as_os_str(),
+    ]);
+    let table = text(&table.stdout);
+    assert!(
+        table.contains("bitmap ") && table.contains("hash blocks "),
+        "{table}"
+    );
+    testkit::umount(&mnt);
+    drop(guard);
+}

@@ -1,5 +1,6 @@
 //! Remote images verified as local ones are: `URL.verity` and `URL.roothash` served by nginx
-//! beside the image are fetched like it; a damaged image on the server fails its block.
+//! beside the image are fetched like it (`URL.verity?QUERY` for an address with a query); a
+//! damaged image on the server fails its block.
 
 use super::*;
 use testkit::http::Nginx;
@@ -36,6 +37,13 @@ fn a_served_image_is_verified_by_the_tree_and_root_hash_beside_it() {
         text(&out.stdout).contains(&format!("{url}.roothash")),
         "{out:?}"
     );
+    // An address with a query (a token, a signature): the sidecars are the path's,
+    // `img.sqfs.roothash?QUERY`, not `img.sqfs?QUERY.roothash` (which nginx answers with the
+    // image itself, its query ignored).
+    let with_query = format!("{url}?token=abc.def");
+    let out = squashd(&["verify", "--verity=require", &with_query]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("img.sqfs.roothash?"), "{out:?}");
     let ours = squashd(&["ls", "-lR", "--verity=require", &url]);
     assert!(ours.status.success(), "{ours:?}");
     let theirs = testkit::unsquashfs(&[OsStr::new("-lls"), image.as_os_str()]);

@@ -19,6 +19,12 @@ the peers installed; ``--setup`` makes such a venv at target/bench-venv:
 The environment image is ``pip install --target`` of ``--packages`` (default numpy pandas scipy
 sympy) packed with ``mksquashfs -comp zstd``; the large file is the environment's shared libraries
 concatenated to 256 MiB (``-comp zstd -b 128K``). Both are built in bench/work/python/ and reused.
+
+It writes ``--out`` (default bench/results/DATE-python.md) and prints it: the tables, then a
+verdict on each target, which says whether the machine was quiet enough for the figures to stand
+(the capacity probe at least 1.8x and no 1-minute load above 0.75 per core). Measuring takes about
+3 minutes on two cores (``--no-squashfsspec``: 1 minute less); the first run also downloads the
+environment and builds the images (a few minutes; 20 on a machine loaded 12 on 2 cores).
 """
 
 from __future__ import annotations
@@ -430,13 +436,47 @@ def report(args, env, image, large, whole, big, versions, started):
       f"{c1:.3f} → {c2:.3f} | | | | {2 * c1 / c2:.2f}x |")
     w("\nThe probe's speed-up is what two threads could get on this machine during the run "
       "(2.00x on two free cores).\n")
+    w(verdict(whole, big, fastest_peer, fuse, 2 * c1 / c2))
+    w(f"\nThe run took {time.monotonic() - args.clock:.0f} s.\n")
     return "\n".join(lines)
+
+
+#: A probe speed-up below this, or a 1-minute load above this per core, makes a run "loaded".
+QUIET_PROBE = 1.8
+QUIET_LOAD_PER_CORE = 0.75
+
+
+def verdict(whole, big, fastest_peer, fuse, probe):
+    """The targets, each met or not, and whether the machine was quiet enough to say."""
+    cores = os.cpu_count() or 1
+    loads = [r["load"] for rs in list(whole.values()) + [v for k, v in big.items() if k != "capacity"] for r in rs]
+    quiet = probe >= QUIET_PROBE and max(loads) <= QUIET_LOAD_PER_CORE * cores
+    sq = med(whole["squashd"])
+    two = med(big[(1, 0)]) / med(big[(2, 0)])
+    targets = [
+        ("whole image, one thread, against the fastest pure-Python peer", sq / fastest_peer, "at most", 0.5),
+        ("whole image, one thread, against Python through squashfuse_ll", sq / fuse, "at most", 0.25),
+        ("one large file, two threads against one (read-ahead off)", two, "at least", 1.6),
+    ]
+    out = ["## Verdict\n", "| target | this run | goal | met |", "|---|---|---|---|"]
+    for what, got, how, goal in targets:
+        met = got <= goal if how == "at most" else got >= goal
+        out.append(f"| {what} | {got:.2f}x | {how} {goal}x | {'yes' if met else 'no'} |")
+    if quiet:
+        out.append(f"\nThe machine was quiet (probe {probe:.2f}x, highest 1-minute load {max(loads):.2f} "
+                   f"on {cores} cores): these figures stand.")
+    else:
+        out.append(f"\n**The machine was loaded** (probe {probe:.2f}x, below {QUIET_PROBE}x, or a 1-minute "
+                   f"load up to {max(loads):.2f} on {cores} cores, above {QUIET_LOAD_PER_CORE} per core): "
+                   "a target not met here is inconclusive, not failed; run again on a quiet machine.")
+    return "\n".join(out)
 
 
 def setup():
     if not VENV.exists():
         run([sys.executable, "-m", "venv", str(VENV)])
-    pip = [str(VENV / "bin" / "pip"), "install", "--quiet"]
+    # `python -m pip`: a venv copied from another checkout has bin/pip naming that one's Python.
+    pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     run(pip + PEERS)
     run(pip + ["--force-reinstall", "--no-deps", str(REPO / "python")])
     print(f"ready: sudo {VENV / 'bin' / 'python'} bench/python_read.py")
@@ -461,6 +501,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("python_read.py: run as root (it drops the page cache and mounts images)")
     started = time.strftime("%Y-%m-%d %H:%M")
+    args.clock = time.monotonic()
     WORK.mkdir(parents=True, exist_ok=True)
     env = build_env(args.packages)
     versions = ", ".join(

@@ -15,6 +15,8 @@ if [ ! -x "$venv/bin/python" ]; then
   }
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-"$venv/bin/pip" install --quiet maturin pytest fsspec aiohttp
-"$venv/bin/pip" install --quiet --force-reinstall --no-deps ./python
+# `python -m pip`, not bin/pip: a venv copied from another checkout keeps bin/pip's shebang,
+# which names the other checkout's interpreter and would install the package there.
+"$venv/bin/python" -m pip install --quiet maturin pytest fsspec aiohttp
+"$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
 "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider -rs

@@ -56,5 +56,17 @@ pub fn stats<'py>(py: Python<'py>, shared: &Shared) -> PyResult<Bound<'py, PyDic
         None => None,
     };
     d.set_item("remote", remote)?;
+    // Read-ahead across a directory's files (none when read-ahead is off).
+    let across = shared
+        .siblings
+        .as_ref()
+        .map(|s| s.stats())
+        .unwrap_or_default();
+    let files = PyDict::new(py);
+    files.set_item("queued", across.queued)?;
+    files.set_item("files", across.files)?;
+    files.set_item("chunks", across.chunks)?;
+    files.set_item("dirs", across.dirs)?;
+    d.set_item("files_read_ahead", files)?;
     Ok(d)
 }

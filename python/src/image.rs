@@ -61,12 +61,9 @@ fn target(obj: &Bound<'_, PyAny>) -> PyResult<Target> {
         return Ok(Target::PyFile(PySource::new(obj)?));
     }
     let path = PathArg::new(obj)?;
-    match std::str::from_utf8(&path.bytes) {
-        Ok(text) if squashd_remote::is_remote(text) => Ok(Target::Remote(text.to_string())),
-        _ => Ok(Target::Path(
-            std::ffi::OsString::from_vec(path.bytes).into(),
-        )),
-    }
+    Ok(Target::Location(
+        std::ffi::OsString::from_vec(path.bytes).into(),
+    ))
 }
 
 impl NativeImage {
@@ -130,7 +127,7 @@ impl NativeImage {
         let opened = opened.map_err(|(errno, message)| {
             pyo3::exceptions::PyOSError::new_err((errno, message, what.clone_ref(py)))
         })?;
-        let name = opened.name.clone();
+        let name = opened.name.to_string();
         let options = OpenOptions::default()
             .with_budgets(budgets)
             .with_offset(opened.offset);

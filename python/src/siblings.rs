@@ -7,11 +7,14 @@
 //!
 //! It starts when a directory's first file is read, or two reads in a row were of neighbours in
 //! one directory, and keeps a bounded window of files ahead; anything else (random access, several readers interleaving)
-//! leaves it idle. The state sits behind a lock that readers only try: a reader that finds it
+//! leaves it idle. When such a reader reaches a directory's last file, the first files of its
+//! subdirectories are read ahead too: a walk enters one of them next (which one depends on the
+//! walk), and there its first read would otherwise find nothing ahead. The state sits behind a lock that readers only try: a reader that finds it
 //! taken goes on without read-ahead rather than waiting.
 
 use squashd_core::workers::Workers;
 use squashd_core::{DirEntry, FileKind, Image, Inode, InodeId};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Files kept queued ahead of the reader.
@@ -20,11 +23,53 @@ const WINDOW_FILES: usize = 32;
 const BLOCKS_PER_FILE: u64 = 16;
 /// Jobs waiting at most.
 const QUEUE: usize = 64;
+/// Subdirectories whose first files are read ahead when a reader has read a directory's last
+/// file: where a walk goes next (any order of them).
+const SUBDIRS: usize = 16;
+/// Files read ahead at the start of each such subdirectory: enough to cover the reader until
+/// its first read there queues the rest.
+const FIRST_FILES: usize = 2;
 
-/// A file to read ahead.
+/// What to read ahead.
 struct Job {
     image: Image,
     id: InodeId,
+    what: What,
+}
+
+/// What a job's inode is read ahead for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum What {
+    /// A file: its first blocks.
+    File,
+    /// A directory: its first files' first blocks.
+    FirstFiles,
+}
+
+/// What the read-ahead across files did, for `Image.stats()`.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Files queued to be read ahead.
+    queued: AtomicU64,
+    /// Files whose first blocks the workers read into the data cache.
+    files: AtomicU64,
+    /// Chunks the workers read into the data cache (or found there).
+    chunks: AtomicU64,
+    /// Subdirectories whose first files were queued.
+    dirs: AtomicU64,
+}
+
+/// A snapshot of the read-ahead across files' counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SiblingStats {
+    /// Files queued to be read ahead.
+    pub queued: u64,
+    /// Files whose first blocks the workers read into the data cache.
+    pub files: u64,
+    /// Chunks the workers read into the data cache (or found there).
+    pub chunks: u64,
+    /// Subdirectories whose first files were queued.
+    pub dirs: u64,
 }
 
 /// Where the sequential reader stands.
@@ -38,26 +83,42 @@ struct State {
     queued_until: usize,
     /// Reads in a row of neighbours.
     streak: u32,
+    /// Whether its subdirectories' first files were queued.
+    descended: bool,
 }
 
 /// Read-ahead across the files of a directory, for one image.
 pub struct SiblingReadAhead {
     state: Mutex<State>,
+    counters: Arc<Counters>,
     workers: Workers<Job>,
 }
 
 impl SiblingReadAhead {
     /// Read-ahead by `threads` threads (started on first use).
     pub fn new(threads: usize) -> Self {
+        let counters = Arc::new(Counters::default());
+        let counted = counters.clone();
         SiblingReadAhead {
             state: Mutex::new(State::default()),
+            counters,
             workers: Workers::new(
                 "read-ahead across files",
                 |i| format!("squashd-files-{i}"),
                 threads,
                 QUEUE,
-                load,
+                move |job| load(job, &counted),
             ),
+        }
+    }
+
+    /// Its counters now.
+    pub fn stats(&self) -> SiblingStats {
+        SiblingStats {
+            queued: self.counters.queued.load(Ordering::Relaxed),
+            files: self.counters.files.load(Ordering::Relaxed),
+            chunks: self.counters.chunks.load(Ordering::Relaxed),
+            dirs: self.counters.dirs.load(Ordering::Relaxed),
         }
     }
 
@@ -108,30 +169,73 @@ impl SiblingReadAhead {
                 let job = Job {
                     image: image.clone(),
                     id: entry.id,
+                    what: What::File,
                 };
                 if !self.workers.offer(job) {
                     break;
                 }
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
                 files += 1;
             }
             next += 1;
         }
         state.queued_until = next;
+        // The reader has read the directory's last file: a walk goes on into a subdirectory
+        // (which one depends on the walk), and a directory's first file is read before its
+        // read queues the others. Have the first files of each read ahead.
+        let last_file = listing[index + 1..]
+            .iter()
+            .all(|e| e.kind != FileKind::File);
+        if last_file && !state.descended {
+            state.descended = true;
+            let subdirs = listing.iter().filter(|e| e.kind == FileKind::Directory);
+            for entry in subdirs.take(SUBDIRS) {
+                let job = Job {
+                    image: image.clone(),
+                    id: entry.id,
+                    what: What::FirstFiles,
+                };
+                if !self.workers.offer(job) {
+                    break;
+                }
+                self.counters.dirs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
-/// Decompresses the first blocks of a file into the data cache. Errors are left for the reader
-/// to meet when it gets there.
-fn load(job: Job) {
+/// Decompresses the first blocks of a file (or of a directory's first files) into the data
+/// cache. Errors are left for the reader to meet when it gets there.
+fn load(job: Job, counters: &Counters) {
     let Ok(inode) = job.image.inode(job.id) else {
         return;
     };
-    let Ok(reader) = job.image.open_file(&inode) else {
+    if job.what == What::FirstFiles {
+        let Ok(listing) = job.image.read_dir(&inode) else {
+            return;
+        };
+        let files = listing.iter().filter(|e| e.kind == FileKind::File);
+        for entry in files.take(FIRST_FILES) {
+            counters.queued.fetch_add(1, Ordering::Relaxed);
+            if let Ok(inode) = job.image.inode(entry.id) {
+                load_file(&job.image, &inode, counters);
+            }
+        }
+        return;
+    }
+    load_file(&job.image, &inode, counters);
+}
+
+/// Decompresses the first blocks of file `inode` into the data cache.
+fn load_file(image: &Image, inode: &Inode, counters: &Counters) {
+    let Ok(reader) = image.open_file(inode) else {
         return;
     };
     for index in 0..reader.chunk_count().min(BLOCKS_PER_FILE) {
         if reader.chunk(index).is_err() {
             return;
         }
+        counters.chunks.fetch_add(1, Ordering::Relaxed);
     }
+    counters.files.fetch_add(1, Ordering::Relaxed);
 }

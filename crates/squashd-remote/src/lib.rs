@@ -13,6 +13,7 @@ pub mod disk_cache;
 mod fetch;
 mod gate;
 pub mod http;
+pub mod image_source;
 mod inflight;
 pub mod location;
 mod s3;

@@ -1,15 +1,14 @@
 //! Where an image's bytes come from, for every command: a local file (FileSource), or an
 //! `http(s)://` / `s3://` address (squashd-remote), and where in it the image starts (its
-//! container). Above this, nothing knows whether an image is remote.
+//! container), opened by squashd-remote's `image_source` (which the Python package shares);
+//! here the command line's settings, its hints, access traces and prefetch lists. Above this,
+//! nothing knows whether an image is remote.
 
-use anyhow::Context;
-use squashd_core::container::{ContainerError, Located};
-use squashd_core::source::{FileSource, Source};
-use squashd_remote::disk_cache::DiskCache;
-use squashd_remote::{Location, RemoteOptions, RemoteSource};
-use std::collections::HashMap;
+use squashd_core::container::ContainerError;
+use squashd_core::source::FileSource;
+use squashd_remote::image_source::{locate_image, open_image, ImageSourceOptions, OpenImageError};
+use squashd_remote::{RemoteOptions, RemoteSource};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// How remote images are fetched and cached (mount options `disk_cache=`, `disk_cache_size=`,
 /// `fetch_unit=`, `open_tail=`, `connections=`; the daemon's config).
@@ -46,19 +45,8 @@ impl Default for RemoteSettings {
     }
 }
 
-/// An image's bytes, opened.
-pub(crate) struct OpenedSource {
-    /// What the image is read from.
-    pub(crate) source: Box<dyn Source>,
-    /// The same source, when remote, for its counters.
-    pub(crate) remote: Option<RemoteSource>,
-    /// Where the image starts in it.
-    pub(crate) offset: u64,
-    /// Where its container says the image is (None when an offset was given).
-    pub(crate) located: Option<Located>,
-    /// The image's name in messages: a path, or an address without its secrets.
-    pub(crate) name: Arc<str>,
-}
+/// An image's bytes, opened, and where the image starts in them.
+pub(crate) use squashd_remote::image_source::OpenedImage as OpenedSource;
 
 /// Whether `image` names a remote image.
 pub(crate) fn is_remote(image: &Path) -> bool {
@@ -74,42 +62,18 @@ pub(crate) fn open(
     partition: Option<u32>,
     settings: &RemoteSettings,
 ) -> anyhow::Result<OpenedSource> {
-    if !is_remote(image) {
-        let source =
-            FileSource::open(image).with_context(|| format!("{}: cannot open", image.display()))?;
-        return located(
-            Box::new(source),
-            None,
-            (offset, partition),
-            image.display().to_string(),
-        );
-    }
-    let address = image.to_str().unwrap_or_default();
-    let location = Location::parse(address).map_err(|e| anyhow::anyhow!(e))?;
-    let options = RemoteOptions {
-        unit_size: settings.fetch_unit,
-        connections: settings.connections,
-        disk_cache: settings
-            .disk_cache_dir
-            .as_deref()
-            .map(|dir| shared_disk_cache(dir, settings.disk_cache_bytes))
-            .transpose()?,
-        record_trace: settings.trace.is_some(),
-        open_tail_bytes: settings.open_tail,
-        ..RemoteOptions::default()
+    let options = ImageSourceOptions {
+        remote: RemoteOptions {
+            unit_size: settings.fetch_unit,
+            connections: settings.connections,
+            record_trace: settings.trace.is_some(),
+            open_tail_bytes: settings.open_tail,
+            ..RemoteOptions::default()
+        },
+        disk_cache_dir: settings.disk_cache_dir.clone(),
+        disk_cache_bytes: settings.disk_cache_bytes,
     };
-    let remote = RemoteSource::open(&location, &options).map_err(|e| anyhow::anyhow!(e))?;
-    let name = remote.name().to_string();
-    let opened = located(
-        Box::new(remote.clone()),
-        Some(remote.clone()),
-        (offset, partition),
-        name,
-    )?;
-    remote
-        .pin_metadata(opened.offset)
-        .with_context(|| format!("{}: cannot fetch its metadata", opened.name))?;
-    Ok(opened)
+    open_image(image, offset, partition, &options).map_err(with_hint)
 }
 
 /// An image file opened elsewhere (by a client, with its rights), at `path`.
@@ -119,80 +83,25 @@ pub(crate) fn from_file(
     offset: Option<u64>,
     partition: Option<u32>,
 ) -> anyhow::Result<OpenedSource> {
-    located(
-        Box::new(FileSource::from_file(file)),
-        None,
-        (offset, partition),
-        path.display().to_string(),
-    )
+    let name = path.display().to_string().into();
+    let source = Box::new(FileSource::from_file(file));
+    locate_image(source, None, offset, partition, name).map_err(with_hint)
 }
 
-/// Where the image starts in `source`: at the offset given, else where its container says
-/// (an AppImage's ELF part skipped, a SIF file's `partition` or primary system partition).
-fn located(
-    source: Box<dyn Source>,
-    remote: Option<RemoteSource>,
-    (offset, partition): (Option<u64>, Option<u32>),
-    name: String,
-) -> anyhow::Result<OpenedSource> {
-    let (offset, located) = match offset {
-        Some(offset) => (offset, None),
-        None => {
-            let found =
-                squashd_core::container::locate(source.as_ref(), partition).map_err(|e| {
-                    let hint = match e {
-                        ContainerError::NoChoice { .. } => {
-                            "; choose one with --partition ID (mount: -o partition=ID)"
-                        }
-                        _ => "",
-                    };
-                    anyhow::anyhow!("{name}: {e}{hint}")
-                })?;
-            (found.offset, Some(found))
-        }
-    };
-    Ok(OpenedSource {
-        source,
-        remote,
-        offset,
-        located,
-        name: name.into(),
-    })
+/// The error, with how to choose when a container holds several images.
+fn with_hint(e: OpenImageError) -> anyhow::Error {
+    match e {
+        OpenImageError::Container {
+            error: ContainerError::NoChoice { .. },
+            ..
+        } => anyhow::anyhow!("{e}; choose one with --partition ID (mount: -o partition=ID)"),
+        e => anyhow::anyhow!(e),
+    }
 }
-
-/// The disk caches this process has open, by directory.
-static OPEN_DISK_CACHES: Mutex<Option<HashMap<PathBuf, Weak<DiskCache>>>> = Mutex::new(None);
 
 /// The disk caches in use, and their figures, for `status`.
 pub(crate) fn disk_caches() -> Vec<(PathBuf, squashd_remote::disk_cache::DiskCacheStats)> {
-    let open = OPEN_DISK_CACHES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let mut caches: Vec<_> = open
-        .iter()
-        .flatten()
-        .filter_map(|(dir, cache)| Some((dir.clone(), cache.upgrade()?.stats())))
-        .collect();
-    caches.sort_by(|a, b| a.0.cmp(&b.0));
-    caches
-}
-
-/// The process's disk cache in `dir`: every image naming the same directory shares one cache
-/// (and one budget, the first given), as one process may hold the directory's lock only once.
-fn shared_disk_cache(dir: &Path, budget: u64) -> anyhow::Result<Arc<DiskCache>> {
-    let mut open = OPEN_DISK_CACHES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let open = open.get_or_insert_with(HashMap::new);
-    if let Some(cache) = open.get(dir).and_then(Weak::upgrade) {
-        return Ok(cache);
-    }
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("disk cache {}: cannot create it", dir.display()))?;
-    let cache = DiskCache::open(dir, budget)
-        .map_err(|e| anyhow::anyhow!("disk cache {}: {e}", dir.display()))?;
-    open.insert(dir.to_path_buf(), Arc::downgrade(&cache));
-    Ok(cache)
+    squashd_remote::image_source::open_disk_caches()
 }
 
 /// Writes a remote image's access trace to a file when dropped: when its mount ends.

@@ -1,0 +1,93 @@
+"""Read-ahead across files: a reader that reads a directory's files in the listing's order gets
+the next files decompressed ahead of it by worker threads, and finds them in the data cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import squashd
+
+
+def _read_in_order(image, directory):
+    names = sorted(image.listdir(directory))
+    first = image.read_bytes(f"{directory}/{names[0]}")
+    return names, first
+
+
+def test_the_next_files_of_a_directory_are_read_ahead(images, trees):
+    source = trees.get("plain")
+    # No fragments: each file has data blocks of its own, so "decompressed ahead" is per file.
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+        names, first = _read_in_order(image, "small")
+        assert first == (source / "small" / names[0]).read_bytes()
+        # The workers run beside this thread: wait for them (a few ms; seconds on a busy host).
+        deadline = time.monotonic() + 20
+        while image.stats()["files_read_ahead"]["files"] < len(names) - 1:
+            assert time.monotonic() < deadline, image.stats()["files_read_ahead"]
+            time.sleep(0.01)
+        ahead = image.stats()["files_read_ahead"]
+        assert ahead["queued"] == len(names) - 1
+        assert ahead["chunks"] >= len(names) - 1
+        before = image.stats()["cache"]["data"]
+        for name in names[1:]:
+            assert image.read_bytes(f"small/{name}") == (source / "small" / name).read_bytes()
+        after = image.stats()["cache"]["data"]
+    # Every later file was in the data cache already: hits, and not one block decompressed more.
+    assert after["loads"] == before["loads"]
+    assert after["hits"] - before["hits"] >= len(names) - 1
+
+
+def test_without_read_ahead_the_reader_decompresses_every_file(images):
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=0) as image:
+        names, _ = _read_in_order(image, "small")
+        before = image.stats()["cache"]["data"]
+        for name in names[1:]:
+            image.read_bytes(f"small/{name}")
+        after = image.stats()
+    assert after["files_read_ahead"] == {"queued": 0, "files": 0, "chunks": 0, "dirs": 0}
+    assert after["cache"]["data"]["loads"] - before["loads"] == len(names) - 1
+
+
+def _wait_for(image, key, count):
+    deadline = time.monotonic() + 20
+    while image.stats()["files_read_ahead"][key] < count:
+        assert time.monotonic() < deadline, image.stats()["files_read_ahead"]
+        time.sleep(0.01)
+
+
+def test_after_a_directorys_last_file_its_subdirectories_first_files_are_read_ahead(tmp_path):
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tree = tmp_path / "tree"
+    contents = {}
+    for path in ["f0", "f1", "f2", "d0/a", "d0/b", "d0/c", "d1/a", "d2/a", "d2/b", "d2/e/x"]:
+        contents[path] = os.urandom(5000 + len(contents))
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_bytes(contents[path])
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(image_path), "-comp", "zstd", "-no-fragments",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    with squashd.open(image_path, read_ahead=2) as image:
+        assert image.read_bytes("f0") == contents["f0"]
+        assert image.read_bytes("f1") == contents["f1"]
+        _wait_for(image, "files", 2)
+        assert image.stats()["files_read_ahead"]["dirs"] == 0, "nothing below before the last file"
+        image.read_bytes("f2")
+        # d0's first two files, d1's one, d2's two (not d2/e's: one level down only).
+        _wait_for(image, "files", 2 + 2 + 1 + 2)
+        assert image.stats()["files_read_ahead"]["dirs"] == 3
+        before = image.stats()["cache"]["data"]
+        # (Reads that queue nothing more to decompress: d1 has one file; reading d2/a queues
+        # d2/b, read ahead already.)
+        for path in ["d1/a", "d2/a"]:
+            assert image.read_bytes(path) == contents[path]
+        after = image.stats()["cache"]["data"]
+    # The subdirectories' first files were decompressed ahead: hits, no block decompressed.
+    assert after["loads"] == before["loads"]
+    assert after["hits"] - before["hits"] >= 2

@@ -1020,3 +1020,6 @@ mod fallback;
 
 #[path = "mount/uring.rs"]
 mod uring;
+
+#[path = "mount/blob_cache.rs"]
+mod blob_cache;

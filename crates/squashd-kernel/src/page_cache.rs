@@ -49,7 +49,9 @@ pub fn cached_bytes(file: &std::fs::File) -> io::Result<u64> {
     }
     // SAFETY: sysconf reads a constant of the process; it has no memory arguments.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Ok(stat.nr_cache.saturating_mul(u64::try_from(page).unwrap_or(4096)))
+    Ok(stat
+        .nr_cache
+        .saturating_mul(u64::try_from(page).unwrap_or(4096)))
 }
 
 #[cfg(test)]

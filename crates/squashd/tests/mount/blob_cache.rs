@@ -67,8 +67,8 @@ fn a_random_pass_past_the_data_budget_leaves_the_blob_within_it() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "blob"))
         .unwrap_or_else(|| panic!("no blob in {}", blob_dir.display()));
-    let blob_cached = squashd_kernel::page_cache::cached_bytes(&fs::File::open(&blob).unwrap())
-        .unwrap();
+    let blob_cached =
+        squashd_kernel::page_cache::cached_bytes(&fs::File::open(&blob).unwrap()).unwrap();
     let file_cached = squashd_kernel::page_cache::cached_bytes(&file).unwrap();
     // The pass was larger than the budget, and its data is cached where readers find it.
     assert!(
@@ -80,7 +80,10 @@ fn a_random_pass_past_the_data_budget_leaves_the_blob_within_it() {
         blob_cached <= BUDGET,
         "the blob holds {blob_cached} bytes of page cache, over the {BUDGET}-byte data budget"
     );
-    assert_eq!(blob_cached, 0, "the blob holds page cache: {blob_cached} bytes");
+    assert_eq!(
+        blob_cached, 0,
+        "the blob holds page cache: {blob_cached} bytes"
+    );
     let status = status_json(&socket);
     let translation = &status["images"][0]["translation"];
     assert_eq!(

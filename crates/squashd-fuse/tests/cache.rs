@@ -33,7 +33,7 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let config = MountConfig {
-        prefetch_threads: 2,
+        read_ahead_threads: 2,
         ..MountConfig::default()
     };
     let mounted = MountedImage::mount(image.clone(), &mnt, &config).unwrap();

@@ -8,13 +8,13 @@
 //! are signed by rusty-s3, which only signs and leaves the transport to us.
 #![forbid(unsafe_code)]
 
-mod ahead;
 pub mod disk_cache;
 mod fetch;
 mod gate;
 pub mod http;
 mod inflight;
 pub mod location;
+mod prefetch;
 mod s3;
 mod source;
 mod stats;

@@ -317,10 +317,10 @@ pub(crate) fn help() -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let _ = write!(
+    let _ = writeln!(
         text,
         "Accepted and ignored, as mount(8) and fstab pass them: {}, {}. The mount is always \
-         read-only.\n",
+         read-only.",
         IGNORED.join(", "),
         IGNORED_PREFIXES
             .iter()

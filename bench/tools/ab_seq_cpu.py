@@ -30,7 +30,7 @@ def cpu_of(pids):
     return t / os.sysconf("SC_CLK_TCK")
 
 def pids_of(mnt):
-    out = subprocess.run(["pgrep", "-f", f"squashd mount .* {mnt}"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", f" mount .* {mnt}( |$)"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 def fio(path, size, rw="read", bs="128k", runtime=None):

@@ -141,6 +141,10 @@ def e2_reads(systems, data, runs, random_runtime):
                             out["memory"][s.name][-1]["backing_cached_after_rand_bytes"] = {
                                 k: cached_bytes(v) for k, v in s.backing_files(data["path"], mnt).items() if v}
                             out["memory"][s.name][-1]["file_cached_after_rand_bytes"] = cached_bytes(f)
+                            # And what squashd's status says of it (the kernel path's translation).
+                            shown = ((counters.get("after_rand_4k") or {}).get("translation") or {})
+                            if "blob_cached_bytes" in shown:
+                                out["memory"][s.name][-1]["status_blob_cached_bytes"] = shown["blob_cached_bytes"]
                     if not counters["after_seq_cold"]:
                         counters = None
             except Exception as e:  # noqa: BLE001

@@ -266,7 +266,7 @@ def _e2_md(e2, label):
                 "drop_caches just before): growth of `Cached` in /proc/meminfo, and the RSS of the serving "
                 "processes (data cached once = page cache about the file's size, daemon small):", "",
                 "| | page cache growth (whole machine: other work adds noise) | serving processes' RSS "
-                "| the file's pages cached (fincore) | backing files' pages cached (fincore, last run) |",
+                "| the file's pages cached (cachestat) | backing files' pages cached (cachestat, last run) |",
                 "|---|---|---|---|---|"]
         for s in msys:
             c = summary([m["cached_delta_bytes"] / 2**20 for m in mem[s]])
@@ -281,15 +281,18 @@ def _e2_md(e2, label):
         after = [(s, mem[s][-1]) for s in msys if "backing_cached_after_rand_bytes" in mem[s][-1]]
         if after:
             out += ["After the random reads (last run): the file's pages cached, and what the mount reads from "
-                    "(fincore); for squashd's kernel path the blob should hold none (its data lives once, in "
+                    "(cachestat(2), which unlike fincore does not drop a direct-I/O FUSE file's cache to look); for squashd's kernel path the blob should hold none (its data lives once, in "
                     "EROFS's page cache).", "",
-                    "| | the file's pages cached | backing files' pages cached |", "|---|---|---|"]
+                    "| | the file's pages cached | backing files' pages cached | the blob's, as `status` shows it |",
+                    "|---|---|---|---|"]
             for s, m in after:
                 fc = m.get("file_cached_after_rand_bytes")
                 back = m["backing_cached_after_rand_bytes"]
+                shown = m.get("status_blob_cached_bytes", "-")
+                shown = f"{shown / 2**20:.0f} MiB" if isinstance(shown, int) else ("?" if shown is None else shown)
                 out.append(f"| {label[s]} | " + (f"{fc / 2**20:.0f} MiB" if fc is not None else "?") + " | "
                            + ("; ".join(f"{k} {v / 2**20:.0f} MiB" if v is not None else f"{k} ?"
-                                        for k, v in back.items()) or "-") + " |")
+                                        for k, v in back.items()) or "-") + f" | {shown} |")
             out.append("")
     out += _mount_md(e2.get("mount", {}).get("squashd_kernel"), "squashd_kernel")
     for key in ("squashd", "squashd_big", "squashd_kernel"):

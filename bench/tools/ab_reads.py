@@ -9,7 +9,7 @@ VARIANT is `kernel` (the kernel's squashfs, loop mount), `squashfuse`, or
 variant, in turn: a fresh mount, drop_caches, `fio --rw=read --bs=128k` (cold), again with
 `--invalidate=1`, then `--rw=randread --bs=4k --time_based --runtime=RANDOM` (default 10 s;
 fio drops the file's pages first); then the squashd mount's `status --json` counters and
-`fincore` of the file and of the blob file system's files. Prints each run and the medians,
+the page cache held of the file and of the blob file system's files (cachestat). Prints each run and the medians,
 with the load average beside them; `OUT=FILE` also writes the raw runs as JSON.
 """
 
@@ -44,12 +44,11 @@ def fio(path, size, rw, bs, invalidate, runtime=None):
 
 
 def fincore(path):
-    p = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                       capture_output=True, text=True)
-    try:
-        return int(p.stdout.split()[0])
-    except (ValueError, IndexError):
-        return None
+    """Bytes of `path` in the page cache: the suite's measure (cachestat(2); fincore(1) maps the
+    file, and mapping the kernel path's direct-I/O blob drops its page cache first)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from benchlib.mounts import cached_bytes
+    return cached_bytes(path)
 
 
 def mount_source(mnt):

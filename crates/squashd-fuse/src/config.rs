@@ -21,9 +21,9 @@ pub struct MountConfig {
     /// Threads serving FUSE requests (each with its own cloned /dev/fuse descriptor).
     pub threads: usize,
     /// Threads decompressing ahead of sequential readers (0: no read-ahead).
-    pub prefetch_threads: usize,
+    pub read_ahead_threads: usize,
     /// How far ahead of a sequential reader to decompress, in bytes.
-    pub readahead_bytes: u64,
+    pub read_ahead_bytes: u64,
     /// The source shown in /proc/mounts (usually the image's path).
     pub fsname: String,
     /// Unmount after this long without a request (a busy mount stays).
@@ -65,8 +65,8 @@ impl Default for MountConfig {
             // bench/results/notes-from-code-comments.md, "request threads"). Read-ahead has
             // threads of its own, so readers rarely block a worker on decompression.
             threads: cores.max(2),
-            prefetch_threads: cores,
-            readahead_bytes: 2 << 20,
+            read_ahead_threads: cores,
+            read_ahead_bytes: 2 << 20,
             fsname: "squashd".into(),
             idle_timeout: None,
             flags: Vec::new(),

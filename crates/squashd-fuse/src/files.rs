@@ -101,11 +101,11 @@ impl FileData<'_> {
 
 impl OpenFiles {
     /// Open files whose sequential readers get `window` chunks decompressed ahead of them by
-    /// `prefetch_threads` threads.
-    pub(crate) fn new(prefetch_threads: usize, window: u64) -> Self {
+    /// `read_ahead_threads` threads.
+    pub(crate) fn new(read_ahead_threads: usize, window: u64) -> Self {
         OpenFiles {
             handles: HandleTable::new(),
-            read_ahead: ReadAheadPool::new(prefetch_threads, window, READ_AHEAD_QUEUE),
+            read_ahead: ReadAheadPool::new(read_ahead_threads, window, READ_AHEAD_QUEUE),
             page_store: PageStore::new(),
         }
     }

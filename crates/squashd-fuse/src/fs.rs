@@ -38,7 +38,7 @@ pub struct SquashFs {
     activity: Option<Arc<Activity>>,
     /// Started at the first directory request: the metadata lies together at the image's end,
     /// and a walk reads most of it.
-    metadata_read_ahead: Once,
+    metadata_prefetch: Once,
 }
 
 impl std::fmt::Debug for SquashFs {
@@ -53,13 +53,13 @@ impl SquashFs {
     /// A file system serving `image`, rooted at `config.subdir` if given. Fails (without
     /// mounting anything) when the image's root or that directory cannot be read.
     pub fn new(image: Image, config: &MountConfig) -> squashd_core::Result<Self> {
-        let window = config.readahead_bytes / image.block_size().max(1) as u64;
+        let window = config.read_ahead_bytes / image.block_size().max(1) as u64;
         Ok(SquashFs {
             tree: ServedTree::new(image, config)?,
-            files: OpenFiles::new(config.prefetch_threads, window),
+            files: OpenFiles::new(config.read_ahead_threads, window),
             dirs: Directories::new(),
             activity: config.idle_timeout.map(|_| Arc::new(Activity::new())),
-            metadata_read_ahead: Once::new(),
+            metadata_prefetch: Once::new(),
         })
     }
 
@@ -99,7 +99,7 @@ impl SquashFs {
     /// A request that walks the tree: the first one starts reading the metadata ahead.
     fn dir_request(&self) {
         self.touch();
-        self.metadata_read_ahead
+        self.metadata_prefetch
             .call_once(|| self.tree.image().prefetch_metadata());
     }
 

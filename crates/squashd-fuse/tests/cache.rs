@@ -49,7 +49,7 @@ fn served_as_stored_and_read_ahead(
     // A fresh image (and cache) per mount: the counts below start from nothing.
     let image = Image::open(image_path, &OpenOptions::default()).unwrap();
     let config = MountConfig {
-        prefetch_threads: 2,
+        read_ahead_threads: 2,
         uring: if transport.is_ring() {
             UringMode::On
         } else {

@@ -107,6 +107,8 @@ pub struct KernelMount {
     blobs: crate::BlobFiles,
     meta_name: String,
     blob_name: String,
+    /// The blob's path on the blob file system, to look at its page cache.
+    blob_path: PathBuf,
     /// The EROFS mount made, to unmount it and nothing else.
     mount: MountPoint,
     metadata: Arc<MetaFile>,
@@ -203,6 +205,7 @@ impl KernelPath {
         Ok(KernelMount {
             blobs: files.clone(),
             transport: self.blobs.transport(),
+            blob_path: self.blobs.path(&blob_name),
             meta_name,
             blob_name,
             mount,
@@ -294,6 +297,21 @@ impl KernelMount {
             filled_bytes: fill.filled_bytes,
             fill_failures: fill.failures,
         }
+    }
+
+    /// Bytes of the blob in the kernel's page cache now: none, by design (EROFS reads it with
+    /// direct I/O and every open of it is FOPEN_DIRECT_IO, so file data is cached once, in
+    /// EROFS's page cache); shown in `status` so that it is seen to stay so. Asks the blob file
+    /// system (an open, cachestat(2), a release), so a caller that must not wait on a FUSE
+    /// request bounds the wait itself.
+    pub fn blob_cached_bytes(&self) -> io::Result<u64> {
+        let file = std::fs::File::open(&self.blob_path)?;
+        crate::page_cache::cached_bytes(&file)
+    }
+
+    /// The blob's path on the blob file system.
+    pub fn blob_path(&self) -> &Path {
+        &self.blob_path
     }
 
     /// Whether the kernel still holds the mount's files open (the EROFS mount exists, or is

@@ -17,6 +17,7 @@ mod blob_files;
 pub mod blobfs;
 pub mod block_fill;
 pub mod meta_file;
+pub mod page_cache;
 
 pub use blob::{Blob, BlobFile, BlobLayout, BlobRead, PartRead, ReadAhead, BLOB_BLOCK};
 pub use blobfs::{BlobData, BlobFiles, BlobFs, BlobFsContent};

@@ -1,5 +1,5 @@
-//! Connections shared between readers and read-ahead so that read-ahead never starves a
-//! reader: a reader waits only for a free connection; read-ahead also waits while any reader is
+//! Connections shared between readers and prefetch so that prefetch never starves a
+//! reader: a reader waits only for a free connection; prefetch also waits while any reader is
 //! waiting, and never takes the last connections, which stay for readers.
 
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -9,7 +9,7 @@ pub(crate) struct Gate {
     state: Mutex<State>,
     changed: Condvar,
     connections: usize,
-    /// Connections read-ahead never takes.
+    /// Connections prefetch never takes.
     reserved: usize,
 }
 
@@ -48,8 +48,8 @@ impl Gate {
         Permit(self)
     }
 
-    /// A connection for read-ahead: only while no reader waits and a reserve stays free.
-    pub fn for_read_ahead(&self) -> Permit<'_> {
+    /// A connection for prefetch: only while no reader waits and a reserve stays free.
+    pub fn for_prefetch(&self) -> Permit<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         while state.readers_waiting > 0
             || state.in_flight + self.reserved >= self.connections.max(2)
@@ -80,15 +80,15 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn read_ahead_waits_while_a_reader_waits() {
+    fn prefetch_waits_while_a_reader_waits() {
         let gate = Arc::new(Gate::new(2));
-        // One connection in use by a reader; read-ahead may not take the last one (reserve 1).
+        // One connection in use by a reader; prefetch may not take the last one (reserve 1).
         let held = gate.for_reader();
         let (tx, rx) = std::sync::mpsc::channel();
         let ahead = {
             let gate = gate.clone();
             std::thread::spawn(move || {
-                let _p = gate.for_read_ahead();
+                let _p = gate.for_prefetch();
                 tx.send(()).unwrap();
             })
         };

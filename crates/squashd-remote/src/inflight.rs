@@ -1,5 +1,5 @@
-//! Units a request is fetching right now (read-ahead's, or a reader's), so that a reader who
-//! misses one waits for its bytes (they are already on the way) and read-ahead leaves it alone,
+//! Units a request is fetching right now (prefetch's, or a reader's), so that a reader who
+//! misses one waits for its bytes (they are already on the way) and prefetch leaves it alone,
 //! instead of fetching the same unit a second time.
 
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ struct Slot {
     done: Condvar,
 }
 
-/// The units of the requests read-ahead has under way.
+/// The units of the requests prefetch has under way.
 #[derive(Default)]
 pub(crate) struct InFlight {
     slots: Mutex<HashMap<u64, Arc<Slot>>>,

@@ -8,7 +8,6 @@
 //! are signed by rusty-s3, which only signs and leaves the transport to us.
 #![forbid(unsafe_code)]
 
-mod ahead;
 pub mod disk_cache;
 mod fetch;
 mod gate;
@@ -16,6 +15,7 @@ pub mod http;
 pub mod image_source;
 mod inflight;
 pub mod location;
+mod prefetch;
 mod s3;
 mod source;
 mod stats;

@@ -1040,3 +1040,6 @@ mod fallback;
 
 #[path = "mount/uring.rs"]
 mod uring;
+
+#[path = "mount/blob_cache.rs"]
+mod blob_cache;

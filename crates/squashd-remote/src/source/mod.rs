@@ -4,13 +4,13 @@
 
 mod units;
 
-use crate::ahead::{Queue, Streams};
 use crate::disk_cache::{DiskCache, UnitKey};
 use crate::fetch::Fetcher;
 use crate::gate::Gate;
 use crate::http::{Client, Endpoint, ObjectInfo};
 use crate::inflight::InFlight;
 use crate::location::Location;
+use crate::prefetch::{Queue, Streams};
 use crate::stats::{Counters, RemoteStats};
 use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
@@ -24,16 +24,17 @@ use std::time::{Duration, Instant};
 pub struct RemoteOptions {
     /// Bytes per fetch unit (aligned; the last unit is shorter). Default 1 MiB.
     pub unit_size: u64,
-    /// Budget of fetched units kept in memory. Default 64 MiB (twice the largest read-ahead
+    /// Budget of fetched units kept in memory. Default 64 MiB (twice the largest prefetch
     /// window, so that what is fetched ahead is still there when the reader comes).
     pub memory_bytes: u64,
     /// Connections to the server at most. Default 8.
     pub connections: usize,
     /// Retries of a transiently failed request. Default 4.
     pub retries: u32,
-    /// Threads fetching ahead of readers. Default 2; 0 turns read-ahead off.
+    /// Threads prefetching units ahead of readers. Default 2; 0 turns prefetch off. (Named
+    /// before "read-ahead" came to mean decompressing ahead only; kept for its callers.)
     pub read_ahead_threads: usize,
-    /// Largest read-ahead window of a sequential reader, in bytes (whole units, two at least).
+    /// Largest prefetch window of a sequential reader, in bytes (whole units, two at least).
     /// Default 32 MiB: at 20 ms of round trip, enough in flight for more than 1 GB/s.
     pub max_window_bytes: u64,
     /// The disk cache shared by the process's remote images, if any.
@@ -163,7 +164,7 @@ struct Trace {
 /// A trace keeps at most this many units (a 1 TiB image at 1 MiB units).
 const MAX_TRACED: usize = 1 << 20;
 
-/// The read-ahead threads, started at the first unit queued by the process that queues it: a
+/// The prefetch threads, started at the first unit queued by the process that queues it: a
 /// mount opens its image before it forks into the background, and fork keeps no thread.
 struct Workers {
     me: Weak<Shared>,
@@ -187,10 +188,10 @@ impl Workers {
         for _ in 0..self.count {
             let (me, queue, run_units) = (self.me.clone(), queue.clone(), self.run_units);
             let spawned = std::thread::Builder::new()
-                .name("squashd-fetch-ahead".into())
-                .spawn(move || units::read_ahead_worker(&me, &queue, run_units));
+                .name("squashd-prefetch".into())
+                .spawn(move || units::prefetch_worker(&me, &queue, run_units));
             if let Err(e) = spawned {
-                tracing::warn!("cannot start a read-ahead thread: {e}");
+                tracing::warn!("cannot start a prefetch thread: {e}");
             }
         }
     }

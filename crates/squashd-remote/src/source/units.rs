@@ -1,11 +1,11 @@
 //! Where a unit comes from: the pinned metadata, the memory tier, the disk cache or the server,
-//! for readers (one fetch per unit however many miss it) and for read-ahead (consecutive units in
+//! for readers (one fetch per unit however many miss it) and for prefetch (consecutive units in
 //! one request, holding no placeholder).
 
 use super::{Shared, MAX_TRACED};
-use crate::ahead::Queue;
 use crate::disk_cache::UnitKey;
 use crate::http::FetchError;
+use crate::prefetch::Queue;
 use crate::stats::Counters;
 use quick_cache::sync::GuardResult;
 use std::collections::HashMap;
@@ -89,11 +89,11 @@ impl Shared {
             return Ok(bytes);
         }
         let started = Instant::now();
-        // Read-ahead may have the unit on the way: its bytes come sooner than a request of our
-        // own would bring them. Looked for before taking the placeholder: read-ahead offers a
+        // Prefetch may have the unit on the way: its bytes come sooner than a request of our
+        // own would bring them. Looked for before taking the placeholder: prefetch offers a
         // unit to memory before it lets go of it here, so a unit not found in flight now is
         // either in memory by now or was not yet asked for.
-        let result = match self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+        let result = match self.inflight.wait(index, PATIENCE_FOR_PREFETCH) {
             Some(bytes) => Ok(bytes),
             None => match self.memory.get_value_or_guard(&index, None) {
                 GuardResult::Value(bytes) => Ok(bytes),
@@ -142,7 +142,7 @@ impl Shared {
     /// Fetches units `first..=last` in one request, each unit offered (and handed to the
     /// readers waiting for it) as soon as its bytes are in, not at the end of the request.
     /// For a reader (`want`: the unit it needs, which it holds the placeholder of), on a
-    /// reader's connection; else ahead of readers, on read-ahead's.
+    /// reader's connection; else ahead of readers, on prefetch's.
     fn stream_run(
         &self,
         first: u64,
@@ -151,7 +151,7 @@ impl Shared {
     ) -> io::Result<Option<Arc<[u8]>>> {
         let _permit = match want {
             Some(_) => self.gate.for_reader(),
-            None => self.gate.for_read_ahead(),
+            None => self.gate.for_prefetch(),
         };
         let last = match want {
             Some(_) => {
@@ -159,7 +159,7 @@ impl Shared {
                 last
             }
             // A reader may have fetched or started to fetch some of these units since they were
-            // queued: read-ahead takes the stretch before the first of them, and queues again
+            // queued: prefetch takes the stretch before the first of them, and queues again
             // what follows it.
             None => {
                 let asked = last;
@@ -214,21 +214,21 @@ impl Shared {
     }
 
     /// Unit `index` for a reader who missed it: from the disk cache, else from the server
-    /// (then into the disk cache). Units queued for read-ahead right after it come in the same
-    /// request: read-ahead has fallen behind this reader, and a request per unit would cost it
+    /// (then into the disk cache). Units queued for prefetch right after it come in the same
+    /// request: prefetch has fallen behind this reader, and a request per unit would cost it
     /// a round trip each.
     fn load_for_reader(&self, index: u64) -> io::Result<Arc<[u8]>> {
         if let Some(bytes) = self.disk_unit(index) {
             return Ok(bytes);
         }
-        // On its way from now on, for read-ahead to leave alone and other readers to wait for;
-        // unless read-ahead took it since we looked: then its bytes are what we wait for.
+        // On its way from now on, for prefetch to leave alone and other readers to wait for;
+        // unless prefetch took it since we looked: then its bytes are what we wait for.
         if self
             .inflight
             .begin_stretch(index..=index, |_| false)
             .is_none()
         {
-            if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_READ_AHEAD) {
+            if let Some(bytes) = self.inflight.wait(index, PATIENCE_FOR_PREFETCH) {
                 return Ok(bytes);
             }
             self.inflight.begin([index]);
@@ -369,20 +369,20 @@ impl Drop for Shared {
     }
 }
 
-/// How long a reader waits for a unit read-ahead has on the way before fetching it itself (the
-/// read-ahead request may be retrying a failure).
-const PATIENCE_FOR_READ_AHEAD: Duration = Duration::from_secs(5);
+/// How long a reader waits for a unit prefetch has on the way before fetching it itself (the
+/// prefetch request may be retrying a failure).
+const PATIENCE_FOR_PREFETCH: Duration = Duration::from_secs(5);
 
-/// Bytes a reader's request fetches at most (its unit and those queued for read-ahead after it).
+/// Bytes a reader's request fetches at most (its unit and those queued for prefetch after it).
 const READER_RUN_BYTES: u64 = 4 << 20;
 
-/// Bytes one read-ahead request fetches at most: a sequential reader's window comes in few
+/// Bytes one prefetch request fetches at most: a sequential reader's window comes in few
 /// large requests, so that a few threads keep a high bandwidth-delay product in flight.
 pub(super) const MAX_RUN_BYTES: u64 = 8 << 20;
 
 /// Fetches queued units while the source lives; holds it only for one run at a time, so a
 /// dropped source ends its workers.
-pub(super) fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue, run_units: usize) {
+pub(super) fn prefetch_worker(shared: &Weak<Shared>, queue: &Queue, run_units: usize) {
     while let Ok(run) = queue.pop_run(run_units, Duration::from_secs(1)) {
         if run.is_empty() {
             continue;
@@ -391,7 +391,7 @@ pub(super) fn read_ahead_worker(shared: &Weak<Shared>, queue: &Queue, run_units:
             return;
         };
         if shared.broken().is_none() {
-            // A failure here is a reader's to meet and report; read-ahead just stops for it.
+            // A failure here is a reader's to meet and report; prefetch just stops for it.
             let _ = shared.load_ahead(&run);
         }
     }

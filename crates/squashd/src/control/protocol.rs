@@ -277,4 +277,9 @@ pub struct TranslationStatus {
     /// Fills that could not be asked for.
     #[serde(default)]
     pub fill_failures: u64,
+    /// Bytes of the blob in the kernel's page cache (cachestat(2)): 0 by design, since EROFS
+    /// reads the blob with direct I/O and keeps file data once, in its own page cache; null
+    /// when the blob file system did not answer in time.
+    #[serde(default)]
+    pub blob_cached_bytes: Option<u64>,
 }

@@ -102,6 +102,8 @@ impl Probe {
                     fills: r.fills,
                     filled_bytes: r.filled_bytes,
                     fill_failures: r.fill_failures,
+                    // Looked at after the registry's lock is released (a FUSE request).
+                    blob_cached_bytes: None,
                 })
             }
         }
@@ -146,16 +148,44 @@ pub(crate) fn status<'a>(
 /// releasing the lock, since an image's path may lie on a file system that does not answer.
 pub(crate) struct Snapshot {
     status: Status,
-    /// (index in `status.images`, the check of its file), for the local images.
-    files: Vec<(usize, FileCheck)>,
+    /// (index in `status.images`, what to look at), for the local images and the kernel path's.
+    files: Vec<(usize, Look)>,
 }
 
 /// What the health of a local image's file at its path is checked against.
+#[derive(Clone)]
 struct FileCheck {
     path: PathBuf,
     file_id: Option<FileId>,
     /// Bytes the image needs (its offset in the file, and its length).
     needed: u64,
+}
+
+/// A file `status` looks at after releasing the registry's lock, for a bounded time.
+#[derive(Clone)]
+enum Look {
+    /// A local image's file at its path.
+    Image(FileCheck),
+    /// A kernel-path mount's blob: how much of it the page cache holds (a FUSE request).
+    BlobCache(Arc<KernelMount>),
+}
+
+impl Look {
+    /// The file looked at, to ask it once at a time.
+    fn path(&self) -> PathBuf {
+        match self {
+            Look::Image(f) => f.path.clone(),
+            Look::BlobCache(k) => k.blob_path().to_path_buf(),
+        }
+    }
+}
+
+/// What looking at a file found.
+enum Seen {
+    /// The image file's problem (None: ok).
+    Image(Option<String>),
+    /// The blob's bytes in the page cache (None: it could not be asked).
+    BlobCache(Option<u64>),
 }
 
 /// The report of `images` (see [`status`]) with no file-system call: each local image's health
@@ -170,7 +200,10 @@ pub(crate) fn snapshot<'a>(
         .map(|(index, (m, s))| {
             let (image, file) = image_status(m, s);
             if let Some(file) = file {
-                files.push((index, file));
+                files.push((index, Look::Image(file)));
+            }
+            if let Probe::Kernel(k) = &s.probe {
+                files.push((index, Look::BlobCache(k.clone())));
             }
             image
         })
@@ -191,11 +224,28 @@ impl Snapshot {
     /// Looks at each local image's file at its path (for at most [`FILE_CHECK_TIME`] in all)
     /// and completes the report.
     pub(crate) fn finish(mut self) -> Status {
-        let checked = check_files(self.files.iter().map(|(_, f)| f).collect());
-        for ((index, _), problem) in self.files.iter().zip(checked) {
-            if let (Some(image), Some(problem)) = (self.status.images.get_mut(*index), problem) {
+        let looks: Vec<&Look> = self.files.iter().map(|(_, f)| f).collect();
+        let seen = look_at_files(&looks);
+        for ((index, look), seen) in self.files.iter().zip(seen) {
+            let Some(image) = self.status.images.get_mut(*index) else {
+                continue;
+            };
+            match (look, seen) {
                 // A problem of the file comes before failed reads, as the remote's does.
-                image.health = problem;
+                (_, Some(Seen::Image(Some(problem)))) => image.health = problem,
+                (Look::Image(_), None) => {
+                    image.health = format!(
+                        "unknown: the image file's path did not answer a stat within {} s (on \
+                         a file system that hangs?)",
+                        FILE_CHECK_TIME.as_secs()
+                    )
+                }
+                (_, Some(Seen::BlobCache(bytes))) => {
+                    if let Some(t) = image.translation.as_mut() {
+                        t.blob_cached_bytes = bytes;
+                    }
+                }
+                _ => {}
             }
         }
         self.status.disk_caches = crate::remote::disk_caches()
@@ -223,29 +273,24 @@ const FILE_CHECK_TIME: Duration = Duration::from_secs(1);
 /// until it does, so that repeated status requests do not pile up threads stuck there.
 static UNANSWERED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
-/// The problem of each file, in order (None: ok). The stats run on a thread of their own, and
-/// a file that has not answered within [`FILE_CHECK_TIME`] is reported as unknown: a path on
-/// a file system that hangs must not hang `status`.
-fn check_files(files: Vec<&FileCheck>) -> Vec<Option<String>> {
-    let unknown = format!(
-        "unknown: the image file's path did not answer a stat within {} s (on a file system \
-         that hangs?)",
-        FILE_CHECK_TIME.as_secs()
-    );
-    let mut problems = vec![Some(unknown); files.len()];
-    let jobs: Vec<(usize, PathBuf, Option<FileId>, u64)> = files
+/// What each file showed, in order (None: it did not answer). The looks run on a thread of
+/// their own, and a file that has not answered within [`FILE_CHECK_TIME`] is left unknown: a
+/// path on a file system that hangs must not hang `status`.
+fn look_at_files(looks: &[&Look]) -> Vec<Option<Seen>> {
+    let mut seen: Vec<Option<Seen>> = looks.iter().map(|_| None).collect();
+    let jobs: Vec<(usize, PathBuf, Look)> = looks
         .iter()
         .enumerate()
-        .map(|(i, f)| (i, f.path.clone(), f.file_id, f.needed))
+        .map(|(i, look)| (i, look.path(), (*look).clone()))
         .collect();
     if jobs.is_empty() {
-        return problems;
+        return seen;
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("status-stat".into())
         .spawn(move || {
-            for (i, path, file_id, needed) in jobs {
+            for (i, path, look) in jobs {
                 {
                     let mut unanswered = UNANSWERED.lock().unwrap_or_else(|e| e.into_inner());
                     // Still stuck from an earlier request: leave it unknown.
@@ -253,32 +298,35 @@ fn check_files(files: Vec<&FileCheck>) -> Vec<Option<String>> {
                         continue;
                     }
                 }
-                let problem = file_problem(&path, file_id, needed);
+                let found = match &look {
+                    Look::Image(f) => Seen::Image(file_problem(&f.path, f.file_id, f.needed)),
+                    Look::BlobCache(k) => Seen::BlobCache(k.blob_cached_bytes().ok()),
+                };
                 UNANSWERED
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&path);
-                if tx.send((i, problem)).is_err() {
+                if tx.send((i, found)).is_err() {
                     return;
                 }
             }
         });
     if spawned.is_err() {
-        return problems;
+        return seen;
     }
     let deadline = Instant::now() + FILE_CHECK_TIME;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
-            Ok((i, problem)) => {
-                if let Some(slot) = problems.get_mut(i) {
-                    *slot = problem;
+            Ok((i, found)) => {
+                if let Some(slot) = seen.get_mut(i) {
+                    *slot = Some(found);
                 }
             }
             // Every file answered (the thread is done), or time is up.
             Err(_) => break,
         }
     }
-    problems
+    seen
 }
 
 fn tier(s: &CacheStats) -> Tier {

@@ -17,7 +17,7 @@ mod tests;
 mod verity;
 
 pub(crate) use flags::MountFlags;
-pub(crate) use table::{DefaultValue, OptionSpec, Value, OPTIONS};
+pub(crate) use table::{DefaultValue, OptionSpec, Value, OLD_NAMES, OPTIONS};
 pub(crate) use verity::VERITY_OPTIONS;
 
 /// Every mount option: [`OPTIONS`], then the verity group ([`VERITY_OPTIONS`]).
@@ -120,10 +120,10 @@ pub(crate) struct Options {
     pub(crate) uring: squashd_fuse::server::UringMode,
     /// Threads serving FUSE requests (`threads=`).
     pub(crate) threads: usize,
-    /// Threads decompressing ahead of sequential readers (`prefetch_threads=`; 0: none).
-    pub(crate) prefetch_threads: usize,
+    /// Threads decompressing ahead of sequential readers (`readahead_threads=`; 0: none).
+    pub(crate) read_ahead_threads: usize,
     /// How far ahead of a sequential reader to decompress, in bytes (`readahead=`).
-    pub(crate) readahead_bytes: u64,
+    pub(crate) read_ahead_bytes: u64,
     /// The source /proc/mounts shows (`fsname=`; the image's path by default).
     pub(crate) fsname: String,
     /// Unmount after this long without a request (`timeout=`).
@@ -173,8 +173,8 @@ impl Options {
             flags: MountFlags::default(),
             uring: squashd_fuse::server::UringMode::Off,
             threads: 1,
-            prefetch_threads: 0,
-            readahead_bytes: 0,
+            read_ahead_threads: 0,
+            read_ahead_bytes: 0,
             fsname: image.display().to_string(),
             idle_timeout: None,
             control: None,
@@ -199,6 +199,11 @@ impl Options {
                 Some((k, v)) => (k, Some(v)),
                 None => (option, None),
             };
+            // An option's old name is taken for its name (see [`OLD_NAMES`]).
+            let key = OLD_NAMES
+                .iter()
+                .find(|(old, _)| *old == key)
+                .map_or(key, |(_, name)| *name);
             match all_options().find(|s| s.name == key) {
                 Some(spec) => {
                     options.set(spec, value)?;
@@ -305,8 +310,17 @@ pub(crate) fn help() -> String {
     }
     let _ = write!(
         text,
-        "\nAccepted and ignored, as mount(8) and fstab pass them: {}, {}. The mount is always \
-         read-only.\n",
+        "\nOld names, still accepted: {}.\n",
+        OLD_NAMES
+            .iter()
+            .map(|(old, name)| format!("{old}= (now {name}=)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        text,
+        "Accepted and ignored, as mount(8) and fstab pass them: {}, {}. The mount is always \
+         read-only.",
         IGNORED.join(", "),
         IGNORED_PREFIXES
             .iter()

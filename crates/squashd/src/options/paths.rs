@@ -20,8 +20,8 @@ impl Options {
             allow_other: self.allow_other,
             allow_root: self.allow_root,
             threads: self.threads,
-            prefetch_threads: self.prefetch_threads,
-            readahead_bytes: self.readahead_bytes,
+            read_ahead_threads: self.read_ahead_threads,
+            read_ahead_bytes: self.read_ahead_bytes,
             fsname: self.fsname.clone(),
             idle_timeout: self.idle_timeout,
             flags: self.flags.fuse_names(),
@@ -56,8 +56,8 @@ impl Options {
                 gid: self.gid,
             },
             read_ahead: ReadAhead {
-                threads: self.prefetch_threads,
-                bytes: self.readahead_bytes,
+                threads: self.read_ahead_threads,
+                bytes: self.read_ahead_bytes,
             },
             relative_mtimes: kernel_reads_relative_mtimes(),
         })

@@ -97,6 +97,14 @@ fn id(a: Arg<'_>) -> Result<u32, String> {
     u32::try_from(a.number()).map_err(|_| format!("{} is out of range", a.number()))
 }
 
+/// Options renamed, by their old names, which are still accepted: (old name, name). Given by
+/// its old name, an option counts as given by its name.
+pub(crate) const OLD_NAMES: &[(&str, &str)] = &[
+    // "prefetch" is fetching image bytes before they are asked for (a remote image's
+    // `prefetch=`); these threads decompress blocks ahead of readers: read-ahead.
+    ("prefetch_threads", "readahead_threads"),
+];
+
 /// Every option a mount takes. Their order is `--help`'s.
 pub(crate) const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
@@ -277,7 +285,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
     },
     OptionSpec {
-        name: "prefetch_threads",
+        name: "readahead_threads",
         root_only: Some("threads are the daemon's to set"),
         value: Value::Number,
         default: DefaultValue::ByContext {
@@ -287,7 +295,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         },
         help: "threads decompressing ahead of sequential readers (0 to 64; 0: no read-ahead)",
         apply: |o, a| {
-            o.prefetch_threads = a.number().min(64) as usize;
+            o.read_ahead_threads = a.number().min(64) as usize;
             Ok(())
         },
     },
@@ -298,7 +306,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         default: DefaultValue::Value("2MiB"),
         help: "how far ahead of a sequential reader to decompress",
         apply: |o, a| {
-            o.readahead_bytes = a.number();
+            o.read_ahead_bytes = a.number();
             Ok(())
         },
     },

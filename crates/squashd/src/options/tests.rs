@@ -32,7 +32,7 @@ fn defaults_come_from_the_table() {
     assert_eq!(o.open.budgets.metadata_bytes, 256 << 20);
     assert_eq!(o.open.budgets.data_bytes, 256 << 20);
     assert_eq!(o.open.budgets.compressed_bytes, 0);
-    assert_eq!(o.readahead_bytes, 2 << 20);
+    assert_eq!(o.read_ahead_bytes, 2 << 20);
     assert_eq!(o.open.offset, 0);
     assert!(!o.gave_cache_budget() && !o.gave("offset"));
     assert_eq!(o.flags, MountFlags::default());
@@ -114,10 +114,10 @@ fn thread_defaults_depend_on_who_mounts_and_are_in_help() {
     let lone = parse(&[]).unwrap();
     let cores = squashd_core::cores();
     assert_eq!(lone.threads, cores.max(2));
-    assert_eq!(lone.prefetch_threads, cores);
+    assert_eq!(lone.read_ahead_threads, cores);
     let daemon = Options::parse(&[], Path::new("x"), Context::Daemon).unwrap();
-    assert_eq!((daemon.threads, daemon.prefetch_threads), (1, 1));
-    assert!(!daemon.gave("threads") && !daemon.gave("prefetch_threads"));
+    assert_eq!((daemon.threads, daemon.read_ahead_threads), (1, 1));
+    assert!(!daemon.gave("threads") && !daemon.gave("readahead_threads"));
     let given = Options::parse(&["threads=3".into()], Path::new("x"), Context::Daemon).unwrap();
     assert_eq!(given.threads, 3);
     let help = help();
@@ -150,11 +150,28 @@ fn flags_are_one_typed_set() {
 
 #[test]
 fn each_path_gets_the_options_it_needs() {
-    let o = parse(&["uid=7,gid=8,subdir=/a,readahead=1MiB,prefetch_threads=3,allow_root"]).unwrap();
+    let o =
+        parse(&["uid=7,gid=8,subdir=/a,readahead=1MiB,readahead_threads=3,allow_root"]).unwrap();
     let fuse = o.fuse_config();
     assert_eq!((fuse.uid, fuse.gid), (Some(7), Some(8)));
     assert_eq!(fuse.subdir.as_deref(), Some(Path::new("a")));
-    assert_eq!((fuse.readahead_bytes, fuse.prefetch_threads), (1 << 20, 3));
+    assert_eq!(
+        (fuse.read_ahead_bytes, fuse.read_ahead_threads),
+        (1 << 20, 3)
+    );
     assert!(fuse.allow_root && !fuse.allow_other);
     assert_eq!(fuse.fsname, "x.sqfs");
+}
+
+#[test]
+fn an_old_name_sets_the_option_it_was_renamed_to() {
+    let o = parse(&["prefetch_threads=3"]).unwrap();
+    assert_eq!(o.read_ahead_threads, 3);
+    assert!(o.gave("readahead_threads"));
+    // Root-only under its old name too: the table's entry is the one applied.
+    assert_eq!(
+        o.gave_root_only().map(|(name, _)| name),
+        Some("readahead_threads")
+    );
+    assert!(super::help().contains("prefetch_threads= (now readahead_threads=)"));
 }

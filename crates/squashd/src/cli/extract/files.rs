@@ -1,9 +1,9 @@
 //! Writing the regular files: in the order of their data in the image, on every core, with
-//! the image read ahead of the writers.
+//! the image's bytes prefetched ahead of the writers.
 //!
 //! The files are sorted by where their data lies and shared out among the threads (rayon), each
 //! taking a run of neighbouring files, so each thread reads the image front to back. A thread of
-//! its own asks the kernel for the bytes ahead of each of them. Cold, a /usr image otherwise
+//! its own prefetches the bytes ahead of each of them (asks the kernel to read them). Cold, a /usr image otherwise
 //! kept both cores waiting on reads: the kernel's read-ahead keeps one state per descriptor,
 //! which readers at distant places confuse. (Handing out neighbouring files to all threads
 //! instead, which would make one stream of the image, measured much slower: threads creating
@@ -21,10 +21,10 @@ use std::time::Duration;
 const PIECE_CHUNKS: u64 = 32;
 /// The most files a writer takes at once (see [`write_files`]).
 const FILES_PER_SPLIT: usize = 16;
-/// How far ahead of each writer thread the image is read ahead.
-const READ_AHEAD_LEAD: u64 = 32 << 20;
+/// How far ahead of each writer thread the image is prefetched.
+const PREFETCH_LEAD: u64 = 32 << 20;
 /// Bytes asked for at once.
-const READ_AHEAD_STEP: u64 = 2 << 20;
+const PREFETCH_STEP: u64 = 2 << 20;
 /// A writer's position before its first file.
 const NOWHERE: u64 = u64::MAX;
 
@@ -61,13 +61,15 @@ pub fn write_files(
         done: AtomicBool::new(false),
     };
     std::thread::scope(|scope| {
-        let read_ahead = std::thread::Builder::new()
-            .name("read-ahead".into())
-            .spawn_scoped(scope, || read_ahead(image, spans, &positions));
-        // Stops the read-ahead however the writers end, a panic included: the scope joins it.
-        let _stop = StopReadAhead {
+        let prefetcher = std::thread::Builder::new()
+            .name("prefetch".into())
+            .spawn_scoped(scope, || {
+                prefetch_ahead_of_writers(image, spans, &positions)
+            });
+        // Stops the prefetch however the writers end, a panic included: the scope joins it.
+        let _stop = StopPrefetch {
             positions: &positions,
-            thread: read_ahead.ok().map(|t| t.thread().clone()),
+            thread: prefetcher.ok().map(|t| t.thread().clone()),
         };
         // Rayon runs the files of a split it has not shared out one after another, and a split
         // already started cannot be stolen: without a cap, one thread was left writing a long
@@ -82,13 +84,13 @@ pub fn write_files(
     })
 }
 
-/// Tells the read-ahead thread to end, when dropped.
-struct StopReadAhead<'a> {
+/// Tells the prefetch thread to end, when dropped.
+struct StopPrefetch<'a> {
     positions: &'a Positions,
     thread: Option<std::thread::Thread>,
 }
 
-impl Drop for StopReadAhead<'_> {
+impl Drop for StopPrefetch<'_> {
     fn drop(&mut self) {
         self.positions.done.store(true, Ordering::Relaxed);
         if let Some(thread) = &self.thread {
@@ -122,7 +124,7 @@ fn write_file(writer: &Writer, job: &Job, positions: &Positions) -> anyhow::Resu
 
 /// Sorts `files` by where their data lies in the image (files without data last), so that
 /// writing them in order reads the image front to back, and returns the image ranges holding
-/// their data, for the read-ahead of [`write_files`].
+/// their data, for the prefetch of [`write_files`].
 pub fn order_by_data(image: &Image, files: &mut Vec<Job>) -> Vec<(u64, u64)> {
     let mut keyed: Vec<(Option<u64>, Job)> = std::mem::take(files)
         .into_par_iter()
@@ -166,9 +168,9 @@ fn data_spans(starts: &[(u64, u64)], block_size: u64) -> Vec<(u64, u64)> {
     spans
 }
 
-/// Keeps the image read [`READ_AHEAD_LEAD`] ahead of each writer thread, within `spans`, until
+/// Keeps the image prefetched [`PREFETCH_LEAD`] ahead of each writer thread, within `spans`, until
 /// the writers are done. A writer that jumps (to work taken from another) starts a new stream.
-fn read_ahead(image: &Image, spans: &[(u64, u64)], positions: &Positions) {
+fn prefetch_ahead_of_writers(image: &Image, spans: &[(u64, u64)], positions: &Positions) {
     let threads = positions.at.len();
     // Per thread: where its stream began, and how far it has been asked for.
     let mut streams = vec![(NOWHERE, NOWHERE); threads];
@@ -182,9 +184,9 @@ fn read_ahead(image: &Image, spans: &[(u64, u64)], positions: &Positions) {
             if *base == NOWHERE || pos < *base || pos > *asked {
                 (*base, *asked) = (pos, pos);
             }
-            let limit = pos.saturating_add(READ_AHEAD_LEAD);
+            let limit = pos.saturating_add(PREFETCH_LEAD);
             if *asked < limit {
-                let to = limit.min(asked.saturating_add(READ_AHEAD_STEP));
+                let to = limit.min(asked.saturating_add(PREFETCH_STEP));
                 ask(image, spans, *asked, to);
                 *asked = to;
                 asked_any = true;

@@ -4,7 +4,7 @@
 //! the destination joined with checked names; then they are created in an order that keeps
 //! extraction safe ([`write`] says why). One thread makes the directories ([`dirs`]), then the
 //! special files and symlinks, while the others write the regular files ([`files`]: in the
-//! order of their data in the image, which is read ahead of them), each once its directory
+//! order of their data in the image, which is prefetched ahead of them), each once its directory
 //! exists. Hard links follow, then the directories' own attributes, deepest first, once
 //! nothing more will be made inside them.
 //!

@@ -1,7 +1,9 @@
-//! Read-ahead: a window that grows while a reader goes on sequentially, and a queue of units to
-//! fetch in the background (that window, the kernel's and squashd's own read-ahead hints, a
-//! prefetch list), worked by a few threads that take connections only when no reader needs one
-//! (see `gate`).
+//! Prefetch: fetching a remote image's units before a reader asks for them. A window that grows
+//! while a reader goes on sequentially, and a queue of units to fetch in the background (that
+//! window, the hints of the kernel's read-ahead and of squashd's own, a prefetch list), worked
+//! by a few threads that take connections only when no reader needs one (see `gate`).
+//! (Read-ahead, in squashd, is decompressing a file's blocks ahead of its reader: squashd-core's
+//! `read_ahead`.)
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -22,7 +24,7 @@ struct Stream {
     used: u64,
 }
 
-/// Recognises sequential readers and sizes their read-ahead window.
+/// Recognises sequential readers and sizes their prefetch window.
 pub(crate) struct Streams {
     state: Mutex<([Stream; STREAMS], u64)>,
     max_window: u64,
@@ -53,7 +55,7 @@ impl Streams {
         {
             stream.used = now;
             if last <= stream.last_unit {
-                // The same unit again: no progress, no more read-ahead.
+                // The same unit again: no progress, no more prefetch.
                 return 0..0;
             }
             stream.last_unit = last;
@@ -149,7 +151,7 @@ impl Queue {
     }
 
     /// Takes `first` and the units after it that are queued too (`max` at most, without a
-    /// gap) out of the queue, for a reader who needs `first` now: read-ahead has not come to
+    /// gap) out of the queue, for a reader who needs `first` now: prefetch has not come to
     /// them yet. Empty if `first` is not queued.
     pub fn claim(&self, first: u64, max: usize) -> Vec<u64> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -254,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_claims_queued_units_and_read_ahead_skips_them() {
+    fn a_reader_claims_queued_units_and_prefetch_skips_them() {
         let queue = Queue::new();
         queue.push([1, 2, 3, 4, 5, 7]);
         assert_eq!(queue.claim(9, 4), Vec::<u64>::new(), "not queued");

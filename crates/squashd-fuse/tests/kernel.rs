@@ -9,12 +9,12 @@
 use squashd_core::{Image, OpenOptions};
 use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountConfig, MountOwner, MountedImage, Unmounter};
-use testkit::uring::Transport;
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testkit::uring::Transport;
 
 /// Unmounts (lazily) when dropped, so that a failed assertion leaves no mount behind.
 struct Mounted {
@@ -59,7 +59,11 @@ fn mount(image: &Path, mnt: &Path, config: &MountConfig, transport: &Transport) 
     while probe.transport().uring != transport.is_ring() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(probe.transport().uring, transport.is_ring(), "{transport:?}");
+    assert_eq!(
+        probe.transport().uring,
+        transport.is_ring(),
+        "{transport:?}"
+    );
     guard
 }
 
@@ -184,8 +188,9 @@ fn a_mount_made_for_a_user_admits_that_user_alone() {
             gid: 65534,
         };
         // Unless the fuse module lets CAP_SYS_ADMIN in everywhere (allow_sys_admin_access).
-        let root_refused = !fs::read_to_string("/sys/module/fuse/parameters/allow_sys_admin_access")
-            .is_ok_and(|v| v.trim() == "Y");
+        let root_refused =
+            !fs::read_to_string("/sys/module/fuse/parameters/allow_sys_admin_access")
+                .is_ok_and(|v| v.trim() == "Y");
         let public = mnt.join("public");
         {
             let config = MountConfig {

@@ -41,6 +41,9 @@ def parse_args():
                    help="comma-separated experiments to run (E5, remote images, E6, application start, "
                         "and E7, verified images, run only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
+    p.add_argument("--uring", choices=["auto", "on", "off"],
+                   help="E3: give every image of the serve daemon `uring=MODE` (FUSE over io_uring; with on or "
+                        "auto, set /sys/module/fuse/parameters/enable_uring to 1 first and back after)")
     return p.parse_args()
 
 
@@ -166,7 +169,7 @@ def main():
         results["E2"] = (experiments.e2_reads(systems + fuse_variants + [big], data, args.runs, 3 if args.quick else 10) if "E2" in only
                          else dict(empty, file_bytes=data["file_bytes"] if data else 0, random_runtime=0))
         results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs" and x not in variants],
-                                             services, args.runs)
+                                             services, args.runs, uring=args.uring)
                          if "E3" in only
                          else dict(empty, count=services["count"] if services else 0))
         results["E4"] = (experiments.e4_offline(squashd, usr, data, ns, args.runs, 8 if args.quick else 2) if "E4" in only

@@ -196,9 +196,10 @@ def _many_fuse_or_loop(s, pairs):
     return time.perf_counter() - start
 
 
-def e3_many(systems, services, runs):
+def e3_many(systems, services, runs, uring=None):
     """E3: 69 images mounted and their roots listed in parallel, after drop_caches; memory after
-    walking every image once; then everything unmounted."""
+    walking every image once; then everything unmounted. `uring` (auto|on|off): the serve
+    daemon's images get `uring=` that (bench/run.py --uring)."""
     images = services["images"]
     out = {"count": len(images), "image_bytes": services["image_bytes"], "rows": {}, "skipped": {}, "how": {}}
     for s in systems:
@@ -224,7 +225,11 @@ def e3_many(systems, services, runs):
                     out["how"][s.name] = ("one `squashd serve` daemon, `options = \"kernel\"` for every image"
                                           if kernel_path else "one `squashd serve` daemon")
                     start = time.perf_counter()
-                    daemon = ServeDaemon(s.binary, pairs, options="kernel" if kernel_path else None)
+                    options = ",".join(o for o in ["kernel" if kernel_path else "",
+                                                   f"uring={uring}" if uring else ""] if o)
+                    if uring:
+                        out["how"][s.name] += f", `uring={uring}`"
+                    daemon = ServeDaemon(s.binary, pairs, options=options or None)
                     daemon.start()
                     _list_roots([m for _, m in pairs])
                     seconds = time.perf_counter() - start

@@ -8,13 +8,33 @@ and until an `ls` of every root has ended. Medians of 5 (RUNS=N for more).
 A variant is per-image mount options, ENV:NAME=VALUE for the daemon's environment, or BIN:PATH for
 another squashd binary (to compare two builds); the last two take the images' options after a
 `+` (BIN:/tmp/old+kernel). The images
-are those bench/run.py built in bench/work/services."""
+are those bench/run.py built in bench/work/services (IMAGES_DIR=DIR for others).
+
+WALK=1 also walks every mount (parallel `find`s) after the listing, then reads the daemon's
+VmRSS and VmHWM and, from `squashd status --json`, the rings' memory and each mount's transport
+(for `uring=on` against `uring=off`: issue 27's memory check)."""
 import glob, json, os, socket, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SQUASHD = os.environ.get("SQUASHD", os.path.join(REPO, "target", "release", "squashd"))
-IMAGES = sorted(glob.glob(os.path.join(REPO, "bench", "work", "services", "*.sqfs")))
+IMAGES = sorted(glob.glob(os.path.join(os.environ.get("IMAGES_DIR") or os.path.join(REPO, "bench", "work", "services"),
+                                       "*.sqfs")))
+WALK = os.environ.get("WALK") == "1"
+
+
+def walk_and_measure(binary, work, pid, mounts):
+    """Walks every mount, then: (VmRSS, VmHWM, ring bytes, transports seen) of the daemon."""
+    for p in [subprocess.Popen(["find", m], stdout=subprocess.DEVNULL) for m in mounts]:
+        p.wait()
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    kib = lambda name: int(fields[name].split()[0]) * 1024  # noqa: E731
+    status = json.loads(subprocess.run([binary, "status", "--json", "--socket", os.path.join(work, "control.sock")],
+                                       capture_output=True, text=True, check=True).stdout)
+    images = status["images"]
+    transports = sorted({i["transport"] for i in images})
+    return kib("VmRSS"), kib("VmHWM"), sum(i.get("ring_memory_bytes", 0) for i in images), transports
 
 
 def run(work, variant):
@@ -56,11 +76,12 @@ def run(work, variant):
             p.wait()
         listed = time.perf_counter() - start
         threads = len(os.listdir(f"/proc/{daemon.pid}/task"))
+        memory = walk_and_measure(binary, work, daemon.pid, mounts) if WALK else None
     finally:
         daemon.terminate()
         daemon.wait()
         sock.close()
-    return ready, listed, threads
+    return ready, listed, threads, memory
 
 
 def main():
@@ -74,7 +95,13 @@ def main():
                 results[v].append(run(work, v))
     for v, runs in results.items():
         print(f"{v or 'default':30s} ready {1000 * statistics.median(r[0] for r in runs):6.1f} ms"
-              f"  listed {1000 * statistics.median(r[1] for r in runs):6.1f} ms  threads {runs[0][2]}")
+              f" ({1000 * min(r[0] for r in runs):.1f}-{1000 * max(r[0] for r in runs):.1f})"
+              f"  listed {1000 * statistics.median(r[1] for r in runs):6.1f} ms  threads {runs[0][2]}"
+              + ("" if not WALK else
+                 f"  after walking: VmRSS {statistics.median(r[3][0] for r in runs) / 2**20:5.1f} MiB"
+                 f" ({min(r[3][0] for r in runs) / 2**20:.1f}-{max(r[3][0] for r in runs) / 2**20:.1f})"
+                 f"  VmHWM {statistics.median(r[3][1] for r in runs) / 2**20:5.1f} MiB"
+                 f"  rings {runs[0][3][2] / 2**20:.1f} MiB  transports {','.join(runs[0][3][3])}"))
 
 
 if __name__ == "__main__":

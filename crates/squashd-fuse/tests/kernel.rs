@@ -1,16 +1,20 @@
 //! What the kernel makes of the file system's answers, for the statements of `doc/SEMANTICS.md`
 //! that the in-process tests (`answers.rs`) cannot show: permission checks by the kernel
 //! (`default_permissions`), requests the kernel answers itself on a read-only mount, and the
-//! operations this file system leaves to fuser's default answer (ENOSYS). Needs root and
-//! /dev/fuse (skipped otherwise); the image is made by the real mksquashfs.
+//! operations this file system leaves unanswered (ENOSYS); and the mounted tree against the
+//! kernel's own squashfs mount of the same image. Every test runs on both FUSE transports
+//! (/dev/fuse, and io_uring where the kernel offers it: `testkit::uring::transports`). Needs root
+//! and /dev/fuse (skipped otherwise); the images are made by the real mksquashfs.
 
 use squashd_core::{Image, OpenOptions};
+use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountConfig, MountOwner, MountedImage, Unmounter};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testkit::uring::Transport;
 
 /// Unmounts (lazily) when dropped, so that a failed assertion leaves no mount behind.
 struct Mounted {
@@ -27,16 +31,40 @@ impl Drop for Mounted {
     }
 }
 
-fn mount(image: &Path, mnt: &Path, config: &MountConfig) -> Mounted {
+/// Mounts `image` at `mnt` with `config` over `transport`, and checks (once the kernel's INIT
+/// was answered) that the session took that transport.
+fn mount(image: &Path, mnt: &Path, config: &MountConfig, transport: &Transport) -> Mounted {
     fs::create_dir_all(mnt).unwrap();
     let image = Image::open(image, &OpenOptions::default()).unwrap();
-    let mounted = MountedImage::mount(image, mnt, config).unwrap();
+    let config = MountConfig {
+        uring: if transport.is_ring() {
+            UringMode::On
+        } else {
+            UringMode::Off
+        },
+        ..config.clone()
+    };
+    let mounted = MountedImage::mount(image, mnt, &config).unwrap();
+    let probe = mounted.probe();
     let unmounter = mounted.unmounter();
     let server = std::thread::spawn(move || mounted.run());
-    Mounted {
+    let guard = Mounted {
         unmounter,
         server: Some(server),
+    };
+    // The ring is registered after INIT's answer, which the first request waits for (as root
+    // the kernel may refuse this one without asking: a mount made for another user).
+    let _ = fs::metadata(mnt);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while probe.transport().uring != transport.is_ring() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    assert_eq!(
+        probe.transport().uring,
+        transport.is_ring(),
+        "{transport:?}"
+    );
+    guard
 }
 
 /// An image of: `private` (mode 0600), `public` (0644), `dir/` (0700) holding `inner`; all
@@ -86,47 +114,49 @@ fn the_kernel_checks_permissions_from_the_mode_bits_and_shown_owner() {
     if !testkit::can_mount() || !testkit::have_tool("setpriv") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    // Other users must be able to reach the temporary directory to try.
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let image = image(dir.path());
-    let mnt = dir.path().join("mnt");
-    {
-        // Without allow_other, only the user who mounted gets in.
-        let _m = mount(&image, &mnt, &MountConfig::default());
+    for transport in testkit::uring::transports() {
+        let dir = tempfile::tempdir().unwrap();
+        // Other users must be able to reach the temporary directory to try.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let image = image(dir.path());
+        let mnt = dir.path().join("mnt");
+        {
+            // Without allow_other, only the user who mounted gets in.
+            let _m = mount(&image, &mnt, &MountConfig::default(), &transport);
+            assert!(
+                !nobody_reads(&mnt.join("public")),
+                "0644 file, no allow_other"
+            );
+            assert!(fs::read(mnt.join("public")).is_ok());
+        }
+        let config = MountConfig {
+            allow_other: true,
+            ..MountConfig::default()
+        };
+        {
+            let _m = mount(&image, &mnt, &config, &transport);
+            assert!(nobody_reads(&mnt.join("public")), "0644 file, other user");
+            assert!(!nobody_reads(&mnt.join("private")), "0600 file, other user");
+            assert!(!nobody_reads(&mnt.join("dir/inner")), "under a 0700 dir");
+            assert_eq!(
+                fs::read(mnt.join("private")).unwrap(),
+                "private\n".repeat(1000).as_bytes(),
+                "root reads everything"
+            );
+        }
+        // With uid=65534 every file shows that owner, and the owner's bits apply to that user.
+        let config = MountConfig {
+            allow_other: true,
+            uid: Some(65534),
+            ..MountConfig::default()
+        };
+        let _m = mount(&image, &mnt, &config, &transport);
+        assert!(nobody_reads(&mnt.join("private")), "0600 file, shown owner");
         assert!(
-            !nobody_reads(&mnt.join("public")),
-            "0644 file, no allow_other"
-        );
-        assert!(fs::read(mnt.join("public")).is_ok());
-    }
-    let config = MountConfig {
-        allow_other: true,
-        ..MountConfig::default()
-    };
-    {
-        let _m = mount(&image, &mnt, &config);
-        assert!(nobody_reads(&mnt.join("public")), "0644 file, other user");
-        assert!(!nobody_reads(&mnt.join("private")), "0600 file, other user");
-        assert!(!nobody_reads(&mnt.join("dir/inner")), "under a 0700 dir");
-        assert_eq!(
-            fs::read(mnt.join("private")).unwrap(),
-            "private\n".repeat(1000).as_bytes(),
-            "root reads everything"
+            nobody_reads(&mnt.join("dir/inner")),
+            "0700 dir, shown owner"
         );
     }
-    // With uid=65534 every file shows that owner, and the owner's bits apply to that user.
-    let config = MountConfig {
-        allow_other: true,
-        uid: Some(65534),
-        ..MountConfig::default()
-    };
-    let _m = mount(&image, &mnt, &config);
-    assert!(nobody_reads(&mnt.join("private")), "0600 file, shown owner");
-    assert!(
-        nobody_reads(&mnt.join("dir/inner")),
-        "0700 dir, shown owner"
-    );
 }
 
 /// The super options (last field of /proc/self/mountinfo) of the mount at `mnt`.
@@ -148,55 +178,58 @@ fn a_mount_made_for_a_user_admits_that_user_alone() {
     if !testkit::can_mount() || !testkit::have_tool("setpriv") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let image = image(dir.path());
-    let mnt = dir.path().join("mnt");
-    let owner = MountOwner {
-        uid: 65534,
-        gid: 65534,
-    };
-    // Unless the fuse module lets CAP_SYS_ADMIN in everywhere (allow_sys_admin_access).
-    let root_refused = !fs::read_to_string("/sys/module/fuse/parameters/allow_sys_admin_access")
-        .is_ok_and(|v| v.trim() == "Y");
-    let public = mnt.join("public");
-    {
+    for transport in testkit::uring::transports() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let image = image(dir.path());
+        let mnt = dir.path().join("mnt");
+        let owner = MountOwner {
+            uid: 65534,
+            gid: 65534,
+        };
+        // Unless the fuse module lets CAP_SYS_ADMIN in everywhere (allow_sys_admin_access).
+        let root_refused =
+            !fs::read_to_string("/sys/module/fuse/parameters/allow_sys_admin_access")
+                .is_ok_and(|v| v.trim() == "Y");
+        let public = mnt.join("public");
+        {
+            let config = MountConfig {
+                owner: Some(owner),
+                ..MountConfig::default()
+            };
+            let _m = mount(&image, &mnt, &config, &transport);
+            let options = super_options(&mnt);
+            for want in ["user_id=65534", "group_id=65534"] {
+                assert!(options.iter().any(|o| o == want), "{want}: {options:?}");
+            }
+            assert!(!options.iter().any(|o| o == "allow_other"), "{options:?}");
+            assert!(reads_as(65534, &public), "the owner");
+            assert!(!reads_as(65533, &public), "another user");
+            if root_refused {
+                assert_eq!(errno_of(fs::read(&public)), libc::EACCES, "root");
+            }
+        }
+        {
+            let config = MountConfig {
+                owner: Some(owner),
+                allow_root: true,
+                ..MountConfig::default()
+            };
+            let _m = mount(&image, &mnt, &config, &transport);
+            assert!(reads_as(65534, &public), "the owner, allow_root");
+            assert!(fs::read(&public).is_ok(), "root, allow_root");
+            assert!(!reads_as(65533, &public), "another user, allow_root");
+        }
         let config = MountConfig {
             owner: Some(owner),
+            allow_other: true,
             ..MountConfig::default()
         };
-        let _m = mount(&image, &mnt, &config);
-        let options = super_options(&mnt);
-        for want in ["user_id=65534", "group_id=65534"] {
-            assert!(options.iter().any(|o| o == want), "{want}: {options:?}");
-        }
-        assert!(!options.iter().any(|o| o == "allow_other"), "{options:?}");
-        assert!(reads_as(65534, &public), "the owner");
-        assert!(!reads_as(65533, &public), "another user");
-        if root_refused {
-            assert_eq!(errno_of(fs::read(&public)), libc::EACCES, "root");
-        }
+        let _m = mount(&image, &mnt, &config, &transport);
+        assert!(reads_as(65533, &public), "another user, allow_other");
+        assert!(!reads_as(65533, &mnt.join("private")), "0600, allow_other");
+        assert!(fs::read(&public).is_ok(), "root, allow_other");
     }
-    {
-        let config = MountConfig {
-            owner: Some(owner),
-            allow_root: true,
-            ..MountConfig::default()
-        };
-        let _m = mount(&image, &mnt, &config);
-        assert!(reads_as(65534, &public), "the owner, allow_root");
-        assert!(fs::read(&public).is_ok(), "root, allow_root");
-        assert!(!reads_as(65533, &public), "another user, allow_root");
-    }
-    let config = MountConfig {
-        owner: Some(owner),
-        allow_other: true,
-        ..MountConfig::default()
-    };
-    let _m = mount(&image, &mnt, &config);
-    assert!(reads_as(65533, &public), "another user, allow_other");
-    assert!(!reads_as(65533, &mnt.join("private")), "0600, allow_other");
-    assert!(fs::read(&public).is_ok(), "root, allow_other");
 }
 
 #[test]
@@ -204,77 +237,113 @@ fn writes_answer_erofs_and_unsupported_requests_fall_back() {
     if !testkit::can_mount() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let image = image(dir.path());
-    let mnt = dir.path().join("mnt");
-    let _m = mount(&image, &mnt, &MountConfig::default());
-    let public = mnt.join("public");
+    for transport in testkit::uring::transports() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = image(dir.path());
+        let mnt = dir.path().join("mnt");
+        let _m = mount(&image, &mnt, &MountConfig::default(), &transport);
+        let public = mnt.join("public");
 
-    // Changing anything: EROFS.
-    assert_eq!(
-        errno_of(fs::set_permissions(
-            &public,
-            fs::Permissions::from_mode(0o600)
-        )),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(std::os::unix::fs::chown(&public, Some(1), None)),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(fs::OpenOptions::new().write(true).open(&public)),
-        libc::EROFS
-    );
-    let file = fs::File::open(&public).unwrap();
-    let path = std::ffi::CString::new(public.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    assert_eq!(unsafe { libc::truncate(path.as_ptr(), 0) }, -1, "truncate");
-    assert_eq!(
-        errno_of::<()>(Err(std::io::Error::last_os_error())),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(fs::hard_link(&public, mnt.join("link"))),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(std::os::unix::fs::symlink("public", mnt.join("sym"))),
-        libc::EROFS
-    );
-    assert_eq!(errno_of(fs::remove_dir(mnt.join("dir"))), libc::EROFS);
-    let name = std::ffi::CString::new("user.x").unwrap();
-    // SAFETY: `path` and `name` are NUL-terminated strings that outlive the call.
-    assert_eq!(
-        unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) },
-        -1
-    );
-    assert_eq!(
-        errno_of::<()>(Err(std::io::Error::last_os_error())),
-        libc::EROFS
-    );
+        // Changing anything: EROFS.
+        assert_eq!(
+            errno_of(fs::set_permissions(
+                &public,
+                fs::Permissions::from_mode(0o600)
+            )),
+            libc::EROFS
+        );
+        assert_eq!(
+            errno_of(std::os::unix::fs::chown(&public, Some(1), None)),
+            libc::EROFS
+        );
+        assert_eq!(
+            errno_of(fs::OpenOptions::new().write(true).open(&public)),
+            libc::EROFS
+        );
+        let file = fs::File::open(&public).unwrap();
+        let path = std::ffi::CString::new(public.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        assert_eq!(unsafe { libc::truncate(path.as_ptr(), 0) }, -1, "truncate");
+        assert_eq!(
+            errno_of::<()>(Err(std::io::Error::last_os_error())),
+            libc::EROFS
+        );
+        assert_eq!(
+            errno_of(fs::hard_link(&public, mnt.join("link"))),
+            libc::EROFS
+        );
+        assert_eq!(
+            errno_of(std::os::unix::fs::symlink("public", mnt.join("sym"))),
+            libc::EROFS
+        );
+        assert_eq!(errno_of(fs::remove_dir(mnt.join("dir"))), libc::EROFS);
+        let name = std::ffi::CString::new("user.x").unwrap();
+        // SAFETY: `path` and `name` are NUL-terminated strings that outlive the call.
+        assert_eq!(
+            unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) },
+            -1
+        );
+        assert_eq!(
+            errno_of::<()>(Err(std::io::Error::last_os_error())),
+            libc::EROFS
+        );
 
-    // Locks are the kernel's own (no lock requests reach the file system): flock works.
-    // SAFETY: flock on a descriptor this test owns and keeps open across the calls.
-    unsafe {
-        assert_eq!(libc::flock(file.as_raw_fd(), libc::LOCK_EX), 0);
-        assert_eq!(libc::flock(file.as_raw_fd(), libc::LOCK_UN), 0);
+        // Locks are the kernel's own (no lock requests reach the file system): flock works.
+        // SAFETY: flock on a descriptor this test owns and keeps open across the calls.
+        unsafe {
+            assert_eq!(libc::flock(file.as_raw_fd(), libc::LOCK_EX), 0);
+            assert_eq!(libc::flock(file.as_raw_fd(), libc::LOCK_UN), 0);
+        }
+
+        // SEEK_DATA/SEEK_HOLE: the file system does not answer lseek (ENOSYS to the kernel), which
+        // then treats the file as data from start to end.
+        let size = fs::metadata(&public).unwrap().len() as i64;
+        // SAFETY: lseek on a descriptor this test owns.
+        let (data, hole) = unsafe {
+            (
+                libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA),
+                libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE),
+            )
+        };
+        assert_eq!((data, hole), (0, size));
+
+        // copy_file_range from the mount falls back to a plain copy.
+        let out = dir.path().join("copy");
+        fs::copy(&public, &out).unwrap();
+        assert_eq!(fs::read(&out).unwrap(), fs::read(&public).unwrap());
     }
+}
 
-    // SEEK_DATA/SEEK_HOLE: the file system does not answer lseek (ENOSYS to the kernel), which
-    // then treats the file as data from start to end.
-    let size = fs::metadata(&public).unwrap().len() as i64;
-    // SAFETY: lseek on a descriptor this test owns.
-    let (data, hole) = unsafe {
-        (
-            libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA),
-            libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE),
-        )
-    };
-    assert_eq!((data, hole), (0, size));
-
-    // copy_file_range from the mount falls back to a plain copy.
-    let out = dir.path().join("copy");
-    fs::copy(&public, &out).unwrap();
-    assert_eq!(fs::read(&out).unwrap(), fs::read(&public).unwrap());
+/// The mounted tree is what the kernel's own squashfs mount of the image shows (or, where the
+/// test cannot loop-mount, what unsquashfs extracts): names, types, modes, owners, sizes, times,
+/// link targets, xattrs and contents, over the fixture tree (a 3000-entry directory, hard links,
+/// sparse and fragment-tailed files, devices, long names) with 4 KiB and 128 KiB blocks.
+#[test]
+fn the_mounted_tree_is_the_kernels_squashfs_on_both_transports() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let built = testkit::Built::new(&testkit::TreeOptions::default());
+    for (name, extra) in [
+        ("zstd", &["-comp", "zstd"][..]),
+        ("gzip4k", &["-comp", "gzip", "-b", "4096"][..]),
+    ] {
+        let image = built.image(name, extra);
+        let (reference_root, kernel) = built.reference(&image, name);
+        let expected = testkit::walk_disk(&reference_root);
+        for transport in testkit::uring::transports() {
+            let mnt = built.scratch(&format!("mnt-{name}-{}", transport.uring_option()));
+            let mounted = mount(&image, &mnt, &MountConfig::default(), &transport);
+            let actual = testkit::walk_disk(&mnt);
+            testkit::assert_records_eq(
+                &expected,
+                &actual,
+                &format!("{name} over {}", transport.status_name()),
+            );
+            drop(mounted);
+        }
+        if let Some(k) = kernel {
+            testkit::umount(&k);
+        }
+    }
 }

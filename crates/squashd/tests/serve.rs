@@ -1338,3 +1338,6 @@ mod fallback;
 
 #[path = "serve/verity.rs"]
 mod verity;
+
+#[path = "serve/uring.rs"]
+mod uring;

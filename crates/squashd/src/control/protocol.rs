@@ -56,6 +56,11 @@ pub struct Status {
     pub pid: u32,
     /// Resident memory of the daemon, in bytes.
     pub rss_bytes: u64,
+    /// Bytes of the FUSE over io_uring rings (buffers and queues, an upper bound: a payload
+    /// page is resident only once a request used it) of the images shown: each FUSE mount's,
+    /// and the kernel path's blob file system's once. 0 when no mount uses the ring.
+    #[serde(default)]
+    pub ring_memory_bytes: u64,
     /// The shared cache budget and its use.
     pub shared_cache: TierSet,
     /// One entry per attached image, sorted by mount point.

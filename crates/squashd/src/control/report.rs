@@ -207,11 +207,12 @@ pub(crate) fn snapshot<'a>(
             }
             image
         })
-        .collect();
+        .collect::<Vec<ImageStatus>>();
     Snapshot {
         status: Status {
             pid: std::process::id(),
             rss_bytes: rss_bytes(),
+            ring_memory_bytes: ring_memory_bytes(&images),
             shared_cache: tiers(shared),
             images,
             disk_caches: Vec::new(),
@@ -470,6 +471,19 @@ fn remote_status(remote: &squashd_remote::RemoteSource) -> RemoteStatus {
 }
 
 /// The process's resident set size, from /proc/self/statm.
+/// The rings of `images`: every FUSE mount's, and the blob file system's once (each kernel-path
+/// image reports the one blob file system's rings).
+fn ring_memory_bytes(images: &[ImageStatus]) -> u64 {
+    let (kernel, fuse): (Vec<&ImageStatus>, Vec<&ImageStatus>) =
+        images.iter().partition(|i| i.engine == "kernel");
+    let blob = kernel
+        .iter()
+        .map(|i| i.ring_memory_bytes)
+        .max()
+        .unwrap_or(0);
+    fuse.iter().map(|i| i.ring_memory_bytes).sum::<u64>() + blob
+}
+
 fn rss_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()

@@ -173,6 +173,12 @@ fn print_table(s: &Status) {
         mib(c.compressed.resident_bytes),
         mib(c.compressed.capacity_bytes),
     );
+    if s.ring_memory_bytes > 0 {
+        println!(
+            "FUSE over io_uring: {} of rings in all",
+            mib(s.ring_memory_bytes)
+        );
+    }
     for c in &s.disk_caches {
         println!(
             "disk cache {}: {} of {} in {} entries; {} hits, {} misses, {} evicted, {} damaged",

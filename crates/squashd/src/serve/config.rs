@@ -12,6 +12,9 @@
 //! # compressed_cache = "0"
 //! disk_cache = "/var/cache/squashd"        # optional: fetched data of remote images, kept
 //! disk_cache_size = "4GiB"                 #   across restarts within this budget
+//! uring = "off"                           # FUSE over io_uring: auto, on or off (the default);
+//!                                         #   images that give no `uring=` and the kernel
+//!                                         #   path's shared blob file system follow it
 //!
 //! [[image]]                               # path: a file, or http(s)://... or s3://BUCKET/KEY
 //! path = "/var/lib/portables/foo.raw"
@@ -29,6 +32,7 @@ use crate::size::parse_size;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use squashd_core::CacheBudgets;
+use squashd_fuse::server::UringMode;
 use std::path::{Path, PathBuf};
 
 /// One image to serve.
@@ -68,6 +72,10 @@ pub struct Config {
     pub budgets: CacheBudgets,
     /// How remote images are fetched and cached unless their options say otherwise.
     pub(crate) remote: crate::remote::RemoteSettings,
+    /// FUSE over io_uring for images whose options give no `uring=`, and for the kernel path's
+    /// blob file system, which every kernel-path image shares (read at start: a reload keeps
+    /// the value the daemon started with).
+    pub uring: UringMode,
     /// The images that parsed.
     pub images: Vec<ImageEntry>,
     /// Entries that did not parse, each as "image #N (path): why".
@@ -82,6 +90,7 @@ impl Default for Config {
             access: AccessLimits::default(),
             budgets: default_budgets(),
             remote: crate::remote::RemoteSettings::default(),
+            uring: UringMode::default(),
             images: Vec::new(),
             bad_entries: Vec::new(),
         }
@@ -149,6 +158,11 @@ impl Config {
                         bail!("disk_cache: {} is not an absolute path", dir.display());
                     }
                     config.remote.disk_cache_dir = Some(dir);
+                }
+                "uring" => {
+                    config.uring = value.as_str().and_then(UringMode::parse).with_context(|| {
+                        format!("uring: expected \"auto\", \"on\" or \"off\", found {value}")
+                    })?
                 }
                 "socket" => {
                     config.socket = value.as_str().context("socket: expected a path")?.into()

@@ -154,7 +154,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let caches = Arc::new(Caches::new(&config.budgets));
     let registry = Arc::new(
         Registry::new(caches, config.access.clone(), config.blob_dir())
-            .with_remote(config.remote.clone()),
+            .with_remote(config.remote.clone())
+            .with_uring(config.uring),
     );
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot install signal handlers")?;

@@ -362,6 +362,7 @@ mod tests {
         let status = Status {
             pid: 1,
             rss_bytes: 123,
+            ring_memory_bytes: 0,
             shared_cache: TierSet::default(),
             images: vec![image],
             disk_caches: Vec::new(),

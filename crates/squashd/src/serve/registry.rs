@@ -100,6 +100,8 @@ pub struct Registry {
     kernel: Mutex<Option<Arc<KernelPath>>>,
     /// How remote images are fetched and cached, unless their options say otherwise.
     remote: crate::remote::RemoteSettings,
+    /// FUSE over io_uring for images that give no `uring=`, and for the blob file system.
+    uring: UringMode,
 }
 
 impl Registry {
@@ -115,7 +117,15 @@ impl Registry {
             blob_dir,
             kernel: Mutex::new(None),
             remote: crate::remote::RemoteSettings::default(),
+            uring: UringMode::default(),
         }
+    }
+
+    /// The daemon's `uring` (its config's): the transport of images whose options give none,
+    /// and of the kernel path's blob file system.
+    pub fn with_uring(mut self, uring: UringMode) -> Self {
+        self.uring = uring;
+        self
     }
 
     /// The daemon's settings for remote images (its config's `disk_cache`, `disk_cache_size`).
@@ -136,15 +146,32 @@ impl Registry {
         settings
     }
 
-    /// The daemon's blob file system, mounted on first use.
-    /// The daemon's one blob file system, started on first use with that mount's `uring`.
-    fn kernel_path(&self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>> {
+    /// The daemon's one blob file system, started on first use. Every kernel-path image shares
+    /// it, so it follows the daemon's `uring`, not the first image's: `asked` (the image's
+    /// `uring=`, for `mountpoint`) only gets a log line when it differs.
+    fn kernel_path(&self, asked: UringMode, mountpoint: &Path) -> anyhow::Result<Arc<KernelPath>> {
+        if asked != self.uring {
+            log_line!(
+                "squashd serve: {}: uring={} does not apply to the kernel path: its blob file \
+                 system is shared by every kernel-path image and follows the daemon's \
+                 `uring = \"{}\"` (config)",
+                crate::quote::path(mountpoint),
+                asked.as_str(),
+                self.uring.as_str()
+            );
+        }
         let mut kernel = self.kernel.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = kernel.as_ref() {
             return Ok(k.clone());
         }
+        if let Err(why) = self.uring.check() {
+            bail!(
+                "{}: the kernel path's blob file system: {why}",
+                self.blob_dir.display()
+            );
+        }
         // Two request threads: blob reads are large, and each decompresses many blocks.
-        let started = KernelPath::start(&self.blob_dir, 2, uring).with_context(|| {
+        let started = KernelPath::start(&self.blob_dir, 2, self.uring).with_context(|| {
             format!(
                 "{}: cannot mount the kernel path's blob file system",
                 self.blob_dir.display()
@@ -222,6 +249,9 @@ impl Registry {
         // A first count, for a quick refusal; the one that holds is the reservation's below.
         let held = self.table().held_by(caller.uid);
         let mut parsed = Options::parse(options, image, OptionsContext::Daemon)?;
+        if !parsed.gave("uring") {
+            parsed.uring = self.uring;
+        }
         let grant =
             self.limits
                 .check_attach(caller, image, mountpoint, options, &mut parsed, held)?;
@@ -269,6 +299,7 @@ impl Registry {
         let mut host = DaemonHost {
             registry: self,
             privileged: grant.owner.is_none(),
+            mountpoint: &mountpoint,
         };
         let (mounted, probe) = mount_image(opened.clone(), &parsed, place, &mut host)?;
         drop(grant.mount_dir);
@@ -426,6 +457,8 @@ impl Registry {
 struct DaemonHost<'a> {
     registry: &'a Registry,
     privileged: bool,
+    /// The mount point being attached (for log lines).
+    mountpoint: &'a Path,
 }
 
 impl MountHost for DaemonHost<'_> {
@@ -442,7 +475,7 @@ impl MountHost for DaemonHost<'_> {
     }
 
     fn blob_fs(&mut self, uring: UringMode) -> anyhow::Result<Arc<KernelPath>> {
-        self.registry.kernel_path(uring)
+        self.registry.kernel_path(uring, self.mountpoint)
     }
 
     fn answers(&self, mountpoint: &Path, owner: Option<MountOwner>) -> bool {

@@ -19,11 +19,10 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_reads import Variant  # noqa: E402
+from ab_reads import Variant, scratch_dir  # noqa: E402
 
 BLOCK = 128 << 10
 
@@ -69,28 +68,16 @@ def main():
     with open(image, "rb") as f:
         while f.read(1 << 20):
             pass
-    work = tempfile.mkdtemp(prefix="ab-misses-")
     results = {v.name: [] for v in variants}
-    try:
+    with scratch_dir("ab-misses-", variants) as work:
         for r in range(runs):
             for v in variants:
-                mnt = os.path.join(work, v.name)
-                os.makedirs(mnt, exist_ok=True)
-                v.mount(image, mnt)
-                try:
+                with v.mounted(image, work) as mnt:
                     row = misses(os.path.join(mnt, name), n, r, daemon_pids(mnt) if v.binary else [])
-                finally:
-                    v.unmount(mnt)
                 row["load"] = os.getloadavg()[0]
                 results[v.name].append(row)
                 print(f"run {r + 1} {v.name:12s} load {row['load']:5.2f}  per miss: wall {row['wall_us']:5.0f} us, "
                       f"reader CPU {row['reader_cpu_us']:4.0f} us, daemon CPU {row['daemon_cpu_us']:4.0f} us", flush=True)
-    finally:
-        for v in variants:
-            mnt = os.path.join(work, v.name)
-            if os.path.ismount(mnt):
-                subprocess.run(["umount", "-l", mnt])
-        subprocess.run(["rm", "-rf", work])
     print("medians per miss:")
     for v in variants:
         rows = results[v.name]

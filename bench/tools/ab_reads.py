@@ -13,6 +13,7 @@ the page cache held of the file and of the blob file system's files (cachestat).
 with the load average beside them; `OUT=FILE` also writes the raw runs as JSON.
 """
 
+import contextlib
 import json
 import os
 import statistics
@@ -93,6 +94,17 @@ class Variant:
         except (ValueError, KeyError, IndexError):
             return None
 
+    @contextlib.contextmanager
+    def mounted(self, image, work):
+        """The image freshly mounted on `work/NAME`, unmounted on the way out."""
+        mnt = os.path.join(work, self.name)
+        os.makedirs(mnt, exist_ok=True)
+        self.mount(image, mnt)
+        try:
+            yield mnt
+        finally:
+            self.unmount(mnt)
+
     def unmount(self, mnt):
         source = mount_source(mnt)
         sh(["umount", mnt])
@@ -106,6 +118,21 @@ class Variant:
         return source
 
 
+@contextlib.contextmanager
+def scratch_dir(prefix, variants):
+    """A scratch directory for the variants' mount points; on the way out, whatever is still
+    mounted there is lazily unmounted and the directory removed."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield work
+    finally:
+        for v in variants:
+            mnt = os.path.join(work, v.name)
+            if os.path.ismount(mnt):
+                subprocess.run(["umount", "-l", mnt])
+        subprocess.run(["rm", "-rf", work])
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -114,15 +141,11 @@ def main():
     runs = int(os.environ.get("RUNS", "3"))
     random_s = int(os.environ.get("RANDOM", "10"))
     skip_seq = os.environ.get("SEQ", "1") == "0"
-    work = tempfile.mkdtemp(prefix="ab-reads-")
     results = {v.name: [] for v in variants}
-    try:
+    with scratch_dir("ab-reads-", variants) as work:
         for r in range(runs):
             for v in variants:
-                mnt = os.path.join(work, v.name)
-                os.makedirs(mnt, exist_ok=True)
-                v.mount(image, mnt)
-                try:
+                with v.mounted(image, work) as mnt:
                     f = os.path.join(mnt, name)
                     size = os.path.getsize(f)
                     drop_caches()
@@ -144,8 +167,6 @@ def main():
                         row["data_loads_rand"] = (after["cache"]["data"]["loads"]
                                                   - (before or after)["cache"]["data"]["loads"])
                         row["counters"] = after
-                finally:
-                    v.unmount(mnt)
                 results[v.name].append(row)
                 seq = "" if skip_seq else f"seq cold {row['seq_cold']:7.0f} MiB/s  inval {row['seq_inval']:7.0f} MiB/s  "
                 print(f"run {r + 1} {v.name:12s} load {load:5.2f}  {seq}rand {row['rand_iops'] / 1000:6.1f}k IOPS"
@@ -155,12 +176,6 @@ def main():
                       + ("  blob fs cached " + ", ".join(f"{k} {(b or 0) >> 20} MiB" for k, b in
                                                         row.get("blob_fs_cached", {}).items())
                          if row.get("blob_fs_cached") else ""), flush=True)
-    finally:
-        for v in variants:
-            mnt = os.path.join(work, v.name)
-            if os.path.ismount(mnt):
-                subprocess.run(["umount", "-l", mnt])
-        subprocess.run(["rm", "-rf", work])
     print("medians:")
     base = results[variants[0].name]
     for v in variants:

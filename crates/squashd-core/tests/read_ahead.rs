@@ -32,30 +32,64 @@ fn image(dir: &std::path::Path, files: &[(&str, &[u8])], data_budget: u64) -> Op
     Some(Image::open(&path, &OpenOptions::default().with_budgets(budgets)).unwrap())
 }
 
+/// Two workers, a window of 16 blocks, a queue of 64, and no CPU gauge: what other processes
+/// on the machine do cannot change the counts.
+fn quiet_pool() -> ReadAheadPool {
+    ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off)
+}
+
 fn open(image: &Image, name: &str) -> FileReader {
     image
         .open_file(&image.resolve_path(name.as_bytes()).unwrap())
         .unwrap()
 }
 
-/// Reads `reader` from `from` to its end in `step`-byte reads as the FUSE path does, pausing
+/// Reads `reader` from `from` to its end in `BLOCK`-byte reads as the FUSE path does, pausing
 /// `pause` between reads (a reader that does something with its data), and checks the bytes.
 fn read_as_fuse(
     pool: &ReadAheadPool,
     state: &ReadState,
     reader: &FileReader,
     data: &[u8],
-    (from, step): (usize, usize),
+    from: usize,
     pause: Duration,
 ) {
-    let mut buf = vec![0u8; step];
+    let mut buf = vec![0u8; BLOCK];
     let mut at = from;
     while at < data.len() {
-        pool.on_read(state, reader, at as u64, step as u64);
+        pool.on_read(state, reader, at as u64, BLOCK as u64);
         let n = reader.read_at(at as u64, &mut buf).unwrap();
         assert!(buf[..n] == data[at..at + n], "bytes at {at}");
         at += n;
         std::thread::sleep(pause);
+    }
+}
+
+/// One open file read as the FUSE path reads it, on a pool of its own ([`quiet_pool`]).
+struct Stream {
+    pool: ReadAheadPool,
+    state: ReadState,
+    reader: FileReader,
+}
+
+impl Stream {
+    fn open(image: &Image, name: &str) -> Stream {
+        Stream {
+            pool: quiet_pool(),
+            state: ReadState::default(),
+            reader: open(image, name),
+        }
+    }
+
+    /// [`read_as_fuse`] of `data` from `from` to its end.
+    fn read(&self, data: &[u8], from: usize, pause: Duration) {
+        read_as_fuse(&self.pool, &self.state, &self.reader, data, from, pause);
+    }
+
+    /// Dropping the pool joins its workers, then dropping the state settles what was never
+    /// read: after this the counters are final.
+    fn finish(self) {
+        drop((self.pool, self.state));
     }
 }
 
@@ -93,14 +127,14 @@ fn a_stream_gets_blocks_ahead_on_both_paths_and_reads_every_one() {
     let Some(image) = image(dir.path(), &[("f", &data), ("g", &other)], 128 << 20) else {
         return;
     };
-    let pool = ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off);
+    let pool = quiet_pool();
     let state = ReadState::default();
     read_as_fuse(
         &pool,
         &state,
         &open(&image, "f"),
         &data,
-        (0, BLOCK),
+        0,
         Duration::from_millis(3),
     );
     let blob_state = ReadState::default();
@@ -140,12 +174,12 @@ fn files_read_whole_in_a_few_requests_and_random_reads_get_none() {
     let Some(image) = image(dir.path(), &named, 128 << 20) else {
         return;
     };
-    let pool = ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off);
+    let pool = quiet_pool();
     // Small files (up to 411 KB) read whole in 128 KiB requests, each on its own open file.
     for (i, d) in small.iter().enumerate() {
         let state = ReadState::default();
         let reader = open(&image, &format!("small{i}"));
-        read_as_fuse(&pool, &state, &reader, d, (0, BLOCK), Duration::ZERO);
+        read_as_fuse(&pool, &state, &reader, d, 0, Duration::ZERO);
     }
     // 4 KiB reads at random places of the large file, on one open file.
     let reader = open(&image, "big");
@@ -173,19 +207,10 @@ fn nothing_is_read_ahead_past_the_end_of_a_file() {
     let Some(image) = image(dir.path(), &[("a", &first), ("b", &next)], 128 << 20) else {
         return;
     };
-    let pool = ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off);
-    let state = ReadState::default();
     // Four blocks in order make a stream of 512 KiB, to be read ahead by four: the file has
     // three chunks left (two blocks and the tail end), and they are all that is read ahead.
-    let reader = open(&image, "a");
-    read_as_fuse(
-        &pool,
-        &state,
-        &reader,
-        &first[..4 * BLOCK],
-        (0, BLOCK),
-        Duration::ZERO,
-    );
+    let stream = Stream::open(&image, "a");
+    stream.read(&first[..4 * BLOCK], 0, Duration::ZERO);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while image.stats().read_ahead.loads < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -196,15 +221,8 @@ fn nothing_is_read_ahead_past_the_end_of_a_file() {
     assert_eq!(stats.data.loads, 7, "{stats:?}");
     assert_eq!(stats.read_ahead.loads, 3, "{:?}", stats.read_ahead);
     // The reader goes on to the end: every block read ahead is used.
-    read_as_fuse(
-        &pool,
-        &state,
-        &reader,
-        &first,
-        (4 * BLOCK, BLOCK),
-        Duration::ZERO,
-    );
-    drop((pool, state));
+    stream.read(&first, 4 * BLOCK, Duration::ZERO);
+    stream.finish();
     let stats = image.stats();
     assert_eq!(stats.data.loads, 7, "{stats:?}");
     let ra = stats.read_ahead;
@@ -219,18 +237,9 @@ fn a_reader_that_stops_wastes_at_most_what_it_read_and_eviction_shrinks_the_wind
         return;
     };
     // A stream of one mebibyte, then the file is closed.
-    let pool = ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off);
-    let state = ReadState::default();
-    let reader = open(&image, "f");
-    read_as_fuse(
-        &pool,
-        &state,
-        &reader,
-        &data[..8 * BLOCK],
-        (0, BLOCK),
-        Duration::from_millis(2),
-    );
-    drop((pool, state));
+    let stream = Stream::open(&image, "f");
+    stream.read(&data[..8 * BLOCK], 0, Duration::from_millis(2));
+    stream.finish();
     let ra = image.stats().read_ahead;
     assert!(ra.loads > 0, "{ra:?}");
     assert_eq!(ra.used + ra.wasted, ra.loads, "{ra:?}");
@@ -242,18 +251,10 @@ fn a_reader_that_stops_wastes_at_most_what_it_read_and_eviction_shrinks_the_wind
     let Some(image) = self::image(small.path(), &[("f", &data)], 4 * BLOCK as u64) else {
         return;
     };
-    let pool = ReadAheadPool::with_gauge(2, 16, 64, CpuGauge::Off);
-    let state = ReadState::default();
-    read_as_fuse(
-        &pool,
-        &state,
-        &open(&image, "f"),
-        &data,
-        (0, BLOCK),
-        Duration::from_millis(3),
-    );
-    let window = pool.window_now();
-    drop((pool, state));
+    let stream = Stream::open(&image, "f");
+    stream.read(&data, 0, Duration::from_millis(3));
+    let window = stream.pool.window_now();
+    stream.finish();
     let ra = image.stats().read_ahead;
     assert!(ra.wasted > 0, "{ra:?}");
     assert_eq!(ra.used + ra.wasted, ra.loads, "{ra:?}");
@@ -286,7 +287,7 @@ fn busy_cpus_cut_read_ahead_to_a_block_per_thread() {
             &state,
             &open(&image, "f"),
             &data,
-            (0, BLOCK),
+            0,
             Duration::from_millis(10),
         );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

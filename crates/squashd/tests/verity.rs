@@ -90,6 +90,24 @@ fn flip(path: &Path, at: u64) {
     fs::write(path, bytes).unwrap();
 }
 
+/// A new RSA key at `key` and a self-signed certificate for it at `cert`, for the common name
+/// `common_name`: a signer that tests can make trusted or leave untrusted.
+fn self_signed_certificate(key: &Path, cert: &Path, common_name: &str) {
+    let made = Command::new("openssl")
+        .args([
+            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={common_name}"))
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+}
+
 fn assert_lists_like_unsquashfs(image: &Path, extra: &[&OsStr]) {
     let mut args = vec![OsStr::new("ls"), OsStr::new("-lR")];
     args.extend_from_slice(extra);
@@ -326,17 +344,7 @@ fn a_signed_sidecar_root_hash_is_checked_against_the_trusted_certificates() {
     let certs = built.scratch("certs");
     fs::create_dir_all(&certs).unwrap();
     let (key, cert) = (built.scratch("key.pem"), certs.join("signer.crt"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args(["-subj", "/CN=sidecar signer", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
+    self_signed_certificate(&key, &cert, "sidecar signer");
     // As systemd-repart and the kernel take it: a detached PKCS#7 over the hex root hash.
     let sign = |hash: &str, out: &Path| {
         let input = built.scratch("hash.txt");

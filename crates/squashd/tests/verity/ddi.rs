@@ -46,17 +46,7 @@ fn repart(built: &Built, name: &str, signed: bool) -> Option<(PathBuf, String, u
         )
         .unwrap();
         let (key, cert) = (built.scratch("key.pem"), built.scratch("cert.crt"));
-        let made = Command::new("openssl")
-            .args([
-                "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            ])
-            .args(["-subj", "/CN=squashd verity test", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(made.status.success(), "{made:?}");
+        self_signed_certificate(&key, &cert, "squashd verity test");
         command
             .arg(format!("--private-key={}", key.display()))
             .arg(format!("--certificate={}", cert.display()));

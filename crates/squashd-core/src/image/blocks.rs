@@ -8,7 +8,7 @@
 //! optionally through the compressed tier, and decompressed by [`crate::compress`].
 //!
 //! These are the hot paths of every read: a cached block is an `Arc` clone; a load allocates
-//! once, at the block's exact size, for the cache; a streaming read allocates nothing once its
+//! once, at the block's size, for the cache, and decompresses into it; a streaming read allocates nothing once its
 //! buffers have grown to a block (per-thread scratch buffers hold stored and decompressed bytes
 //! that are not kept).
 
@@ -125,23 +125,48 @@ impl ImageInner {
             .data
             .get_or_load(key, Some(&self.counters.data), || {
                 LOADS_HERE.with(|n| n.set(n.get() + 1));
-                let raw = self.stored_block(pos, size, max_len)?;
-                if !size.compressed {
-                    return Ok(raw);
+                if self.caches.compressed.is_enabled() || !size.compressed {
+                    let raw = self.stored_block(pos, size, max_len)?;
+                    if !size.compressed {
+                        return Ok(raw);
+                    }
+                    return self.decompress_for_cache(pos, &raw, max_len);
                 }
-                if max_len > SCRATCH_MAX {
-                    let mut out = Vec::new();
-                    self.decompress_block(pos, &raw, max_len, &mut out)?;
-                    return Ok(out.into());
+                // The stored bytes go into this thread's buffer (grown once, not allocated and
+                // zeroed per block): they are not kept.
+                let stored = self.stored_size(pos, size, max_len)?;
+                let mut raw =
+                    SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().stored));
+                if raw.len() < stored {
+                    raw.resize(stored, 0);
                 }
-                // Decompressed into this thread's scratch buffer (zeroed once, not per block),
-                // then copied at its exact size into the cache's allocation.
-                SCRATCH.with(|scratch| {
-                    let out = &mut scratch.borrow_mut().decompressed;
-                    let n = self.decompress_into(pos, &raw, max_len, out)?;
-                    Ok(Arc::from(out.get(..n).unwrap_or_default()))
-                })
+                let result = self
+                    .read_at(pos, &mut raw[..stored])
+                    .and_then(|()| self.decompress_for_cache(pos, &raw[..stored], max_len));
+                SCRATCH.with(|scratch| scratch.borrow_mut().stored = raw);
+                result
             })
+    }
+
+    /// Decompresses `raw` (the block at `pos`) straight into a new allocation for the data
+    /// cache, of `max_len` zeroed bytes: a full block, nearly every block of a file, is not
+    /// decompressed elsewhere and copied. Zeroed first, so no byte a decoder leaves unwritten is
+    /// uninitialised. A shorter block (a file's last block, a fragment block) is copied once
+    /// more at its exact size, as the cache keeps it.
+    fn decompress_for_cache(&self, pos: u64, raw: &[u8], max_len: usize) -> Result<Arc<[u8]>> {
+        // One allocation of exactly `max_len` bytes (the iterator's length is known).
+        let mut block: Arc<[u8]> = std::iter::repeat_n(0u8, max_len).collect();
+        let Some(out) = Arc::get_mut(&mut block) else {
+            // Unreachable: `block` was created above and shared with no one.
+            return Err(self.corrupt(pos, "data block buffer is shared"));
+        };
+        let n = decompress(self.superblock.compressor, raw, out)
+            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
+        if n == max_len {
+            Ok(block)
+        } else {
+            Ok(Arc::from(block.get(..n).unwrap_or_default()))
+        }
     }
 
     /// Decompresses the data block at `pos` into `out` without caching it (its bytes are
@@ -260,21 +285,12 @@ impl ImageInner {
     }
 }
 
-/// Blocks larger than this are decompressed into a buffer of their own for the cache, not
-/// into the thread's scratch buffer: a daemon's every serving thread keeps its scratch buffer,
-/// and 1 MiB per thread would add up.
-const SCRATCH_MAX: usize = 256 << 10;
-
-/// Buffers each thread reuses to read and decompress blocks that are not kept as they are. They
-/// live as long as the thread: `stored` on threads that stream files (extraction), up to a
-/// block; `decompressed` on threads that load blocks into the data cache, up to
-/// [`SCRATCH_MAX`].
+/// Buffers each thread reuses to read blocks whose stored bytes are not kept. They live as
+/// long as the thread and grow to a block at most.
 #[derive(Default)]
 struct Scratch {
     /// A block's stored bytes.
     stored: Vec<u8>,
-    /// A block decompressed, before it is copied into the cache at its exact size.
-    decompressed: Vec<u8>,
 }
 
 thread_local! {

@@ -384,8 +384,8 @@ def report(args, env, image, large, whole, big, versions, started):
     w(f"Run {started}, {os.uname().nodename}: {os.cpu_count()} cores, kernel {os.uname().release}, "
       f"Python {sys.version.split()[0]}. Command: `{' '.join(['python3'] + sys.argv)}`. Medians of "
       f"{args.runs} runs, interleaved; each run a fresh process, the page cache dropped before it. "
-      "The machine was shared with other work: the 1-minute load average at the end of each run is "
-      "beside its figure.\n")
+      "The 1-minute load average at the end of each run is beside its figure (the verdict below says "
+      "whether the machine was quiet enough to judge).\n")
     w(f"Image: `pip install --target` of {' '.join(args.packages)} ({versions}), "
       f"`mksquashfs ENV env.sqfs -comp zstd`: {whole['squashd'][0]['files']} regular files, "
       f"{whole['squashd'][0]['bytes'] / 1e6:.0f} MB of data, a {image.stat().st_size / 1e6:.0f} MB image.\n")

@@ -104,6 +104,17 @@ def _variants(binary, entry):
     return out
 
 
+def _runnable(binary, entry, out):
+    """(key, path, verified, system) of the variants still to run: one skipped or failed before
+    is recorded in out["skipped"] once and not tried again."""
+    for path, verified, s in _variants(binary, entry):
+        key = f"{path}_{'verity' if verified else 'plain'}"
+        if s.skip_reason or key in out["skipped"]:
+            out["skipped"].setdefault(key, s.skip_reason)
+            continue
+        yield key, path, verified, s
+
+
 def _mnt(name):
     path = os.path.join(WORK_DIR, "mnt", name)
     os.makedirs(path, exist_ok=True)
@@ -154,11 +165,7 @@ def seq_reads(binary, data, entry, runs):
     from .experiments import _fio
     out = {"image": data["path"], "file_bytes": data["file_bytes"], "rows": {}, "skipped": {}}
     for r in range(runs):
-        for path, verified, s in _variants(binary, entry):
-            key = f"{path}_{'verity' if verified else 'plain'}"
-            if s.skip_reason or key in out["skipped"]:
-                out["skipped"].setdefault(key, s.skip_reason)
-                continue
+        for key, path, verified, s in _runnable(binary, entry, out):
             try:
                 with s.mounted_at(data["path"], _mnt(f"e7-{s.name}")) as mnt:
                     drop_caches()
@@ -181,11 +188,7 @@ def walks(binary, usr, entry, ns, runs):
     out = {"image": usr["path"], "ns": ns, "rows": {}, "skipped": {}}
     for r in range(runs):
         for n in ns:
-            for path, verified, s in _variants(binary, entry):
-                key = f"{path}_{'verity' if verified else 'plain'}"
-                if s.skip_reason or key in out["skipped"]:
-                    out["skipped"].setdefault(key, s.skip_reason)
-                    continue
+            for key, path, verified, s in _runnable(binary, entry, out):
                 try:
                     with s.mounted_at(usr["path"], _mnt(f"e7-{s.name}")) as mnt:
                         drop_caches()

@@ -324,10 +324,7 @@ fn the_mounted_tree_is_the_kernels_squashfs_on_both_transports() {
         return;
     }
     let built = testkit::Built::new(&testkit::TreeOptions::default());
-    for (name, extra) in [
-        ("zstd", &["-comp", "zstd"][..]),
-        ("gzip4k", &["-comp", "gzip", "-b", "4096"][..]),
-    ] {
+    for (name, extra) in testkit::KERNEL_COMPARED_IMAGES {
         let image = built.image(name, extra);
         let (reference_root, kernel) = built.reference(&image, name);
         let expected = testkit::walk_disk(&reference_root);

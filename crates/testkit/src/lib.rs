@@ -49,7 +49,7 @@ mod walk;
 
 pub use squashfs_tools::{
     image_of_files, mksquashfs, unsquashfs, unsquashfs_extract, unsquashfs_extract_offset,
-    unsquashfs_lls, unsquashfs_stat, Built,
+    unsquashfs_lls, unsquashfs_stat, Built, KERNEL_COMPARED_IMAGES,
 };
 pub use tree::{big_dir_name, build_huge_sparse, build_tree, TreeOptions, HUGE_SPARSE_LEN};
 pub use walk::{

@@ -24,6 +24,14 @@ fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// The two images a mount's tree is compared with the kernel's squashfs on: the default block
+/// size with zstd, and 4 KiB blocks with gzip (many blocks per file, fragments of every size).
+/// Each is (name, extra mksquashfs options), as [`Built::image`] takes them.
+pub const KERNEL_COMPARED_IMAGES: [(&str, &[&str]); 2] = [
+    ("zstd", &["-comp", "zstd"]),
+    ("gzip4k", &["-comp", "gzip", "-b", "4096"]),
+];
+
 /// Runs `mksquashfs src out -noappend -quiet -no-progress <extra>`; panics with its output on
 /// failure.
 pub fn mksquashfs(src: &Path, out: &Path, extra: &[&str]) {

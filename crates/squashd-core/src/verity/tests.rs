@@ -178,8 +178,15 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 fn patterned() -> (Vec<u8>, Vec<u8>, TreeLocation) {
-    let data = pattern(300 * 4096 + 4096);
-    let params = TreeParams::new(300, b"pepper".to_vec());
+    // 300 hashed blocks and one more data block past them.
+    patterned_tree(300, 300 * 4096 + 4096)
+}
+
+/// `data_len` bytes of pattern, a salted tree over its first `blocks` blocks (with its
+/// superblock, at offset 0 of its own file) and where it lies.
+fn patterned_tree(blocks: u64, data_len: usize) -> (Vec<u8>, Vec<u8>, TreeLocation) {
+    let data = pattern(data_len);
+    let params = TreeParams::new(blocks, b"pepper".to_vec());
     let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
     let location = TreeLocation {
         params,
@@ -313,15 +320,7 @@ fn a_wrong_root_hash_of_a_one_block_image_refuses_to_open() {
 fn hash_blocks_and_the_bitmap_stay_within_the_metadata_budget() {
     // 8192 data blocks: 64 hash blocks (256 KiB) at level 0, four times the budget.
     let blocks = 8192u64;
-    let data = pattern(blocks as usize * 4096);
-    let params = TreeParams::new(blocks, b"pepper".to_vec());
-    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
-    let location = TreeLocation {
-        params,
-        hash_offset: 0,
-        superblock: true,
-        root_hash: root.as_bytes().to_vec(),
-    };
+    let (data, tree, location) = patterned_tree(blocks, blocks as usize * 4096);
     let caches = small_caches();
     let budget = caches.budgets().metadata_bytes;
     let source = VeritySource::new(

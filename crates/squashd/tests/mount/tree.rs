@@ -16,10 +16,7 @@ fn mounted_tree_matches_the_kernels_squashfs() {
         return;
     }
     let built = Built::new(&TreeOptions::default());
-    for (name, extra) in [
-        ("zstd", &["-comp", "zstd"][..]),
-        ("gzip4k", &["-comp", "gzip", "-b", "4096"][..]),
-    ] {
+    for (name, extra) in testkit::KERNEL_COMPARED_IMAGES {
         let image = built.image(name, extra);
         let (reference_root, kernel) = built.reference(&image, name);
         let expected = testkit::walk_disk(&reference_root);

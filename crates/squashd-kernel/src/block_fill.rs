@@ -22,7 +22,7 @@
 use rustix::fs::{Advice, OFlags};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -73,10 +73,16 @@ pub struct BlockFill {
     target: OnceLock<(PathBuf, PathBuf)>,
     /// The mount, once looked up (None: it cannot be used).
     mounted: OnceLock<Option<Mounted>>,
-    /// `block + 1` of recent fills, by `block % RECENT` (0: none).
+    /// `block + 1` of the last [`RECENT`] fills, a ring written at `next` (0: none). A ring,
+    /// not a table indexed by the block: the blocks filled are the first 4 KiB blocks of
+    /// SquashFS blocks (32 apart for 128 KiB blocks), which `block % RECENT` gave two slots, so
+    /// a fill whose reads arrived after the next fill took its slot had them taken for a
+    /// reader's, and filled again.
     recent: [AtomicU64; RECENT],
     /// When each recent fill stops counting, in ms since `epoch`.
     until: [AtomicU64; RECENT],
+    /// Where the next fill is written in `recent`.
+    next: AtomicUsize,
     epoch: Instant,
     fills: AtomicU64,
     filled_bytes: AtomicU64,
@@ -90,6 +96,7 @@ impl Default for BlockFill {
             mounted: OnceLock::new(),
             recent: std::array::from_fn(|_| AtomicU64::new(0)),
             until: std::array::from_fn(|_| AtomicU64::new(0)),
+            next: AtomicUsize::new(0),
             epoch: Instant::now(),
             fills: AtomicU64::new(0),
             filled_bytes: AtomicU64::new(0),
@@ -146,9 +153,10 @@ impl BlockFill {
     /// Whether blob block `block` (the first 4 KiB block of a SquashFS block in the blob) is
     /// being filled: a read of it now is the fill's.
     pub fn is_filling(&self, block: u64) -> bool {
-        let slot = (block % RECENT as u64) as usize;
-        self.recent[slot].load(Ordering::Acquire) == block + 1
-            && self.now_ms() < self.until[slot].load(Ordering::Acquire)
+        let now = self.now_ms();
+        self.recent.iter().zip(&self.until).any(|(recent, until)| {
+            recent.load(Ordering::Acquire) == block + 1 && now < until.load(Ordering::Acquire)
+        })
     }
 
     fn now_ms(&self) -> u64 {
@@ -165,9 +173,7 @@ impl BlockFill {
             self.failures.fetch_add(1, Ordering::Relaxed);
             return false;
         };
-        let slot = (block % RECENT as u64) as usize;
-        self.recent[slot].store(block + 1, Ordering::Release);
-        self.until[slot].store(self.now_ms() + FILL_MS, Ordering::Release);
+        self.remember(block);
         let asked = advise(mounted, nid, offset, len).is_ok();
         if asked {
             self.fills.fetch_add(1, Ordering::Relaxed);
@@ -176,6 +182,13 @@ impl BlockFill {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
         asked
+    }
+
+    /// Remembers that blob block `block` is being filled, for [`BlockFill::is_filling`].
+    fn remember(&self, block: u64) {
+        let slot = self.next.fetch_add(1, Ordering::Relaxed) % RECENT;
+        self.recent[slot].store(block + 1, Ordering::Release);
+        self.until[slot].store(self.now_ms() + FILL_MS, Ordering::Release);
     }
 
     /// What the fills did so far.
@@ -366,4 +379,24 @@ fn open_by_nid(root: &OwnedFd, kind: HandleKind, nid: u64) -> std::io::Result<Ow
     }
     // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_fills_are_all_remembered() {
+        let fill = BlockFill::new();
+        // 64 fills of blocks 32 blob blocks apart (128 KiB SquashFS blocks), of which a table
+        // indexed by `block % 64` remembered two.
+        for i in 0..RECENT as u64 {
+            fill.remember(i * 32);
+        }
+        let remembered = (0..RECENT as u64)
+            .filter(|i| fill.is_filling(i * 32))
+            .count();
+        assert_eq!(remembered, RECENT);
+        assert!(!fill.is_filling(RECENT as u64 * 32));
+    }
 }

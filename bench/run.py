@@ -42,9 +42,35 @@ def parse_args():
                         "and E7, verified images, run only when named here)")
     p.add_argument("--out", default=RESULTS_DIR, help="where results go")
     p.add_argument("--uring", choices=["auto", "on", "off"],
-                   help="E3: give every image of the serve daemon `uring=MODE` (FUSE over io_uring; with on or "
-                        "auto, set /sys/module/fuse/parameters/enable_uring to 1 first and back after)")
+                   help="FUSE over io_uring: E1 and E2 also run squashd's FUSE path and kernel path with "
+                        "`uring=MODE` (squashd_uring, squashd_kernel_uring) beside the /dev/fuse ones; E3's serve "
+                        "daemon gives every image `uring=MODE`. With on or auto the suite sets "
+                        "/sys/module/fuse/parameters/enable_uring to 1 for the run and restores it after")
     return p.parse_args()
+
+
+URING_PARAMETER = "/sys/module/fuse/parameters/enable_uring"
+
+
+def _enable_uring():
+    """Turns FUSE over io_uring on for the run; returns what the parameter was (None: no such
+    parameter, the ring's systems then fail to mount with `uring=on`, or use /dev/fuse with auto)."""
+    try:
+        with open(URING_PARAMETER) as f:
+            was = f.read().strip()
+        with open(URING_PARAMETER, "w") as f:
+            f.write("1")
+        log(f"enable_uring: {was} -> 1 for the run")
+        return was
+    except OSError as e:
+        log(f"enable_uring: cannot set it ({e})")
+        return None
+
+
+def _restore_uring(was):
+    with open(URING_PARAMETER, "w") as f:
+        f.write("1" if was.upper() in ("Y", "1") else "0")
+    log(f"enable_uring restored to {was}")
 
 
 def machine_info(squashd):
@@ -119,7 +145,14 @@ def main():
     # before/after pair of read paths in one run).
     fuse_variants = [Squashd(v.binary, name=f"squashd_{v.name.removeprefix('squashd_kernel_')}",
                              label=f"squashd, {v.name.removeprefix('squashd_kernel_')}") for v in variants]
-    systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd), SquashdKernel(squashd), *variants, erofs]
+    # --uring: both transports side by side in E1 and E2 (issue 27), the ring's as *_uring.
+    uring_systems = []
+    if args.uring:
+        uring_systems = [Squashd(squashd, options=f"uring={args.uring}", name="squashd_uring",
+                                 label=f"squashd, uring={args.uring}"),
+                         SquashdKernel(squashd, variant="uring", extra_options=f"uring={args.uring}")]
+    systems = [Kernel(), Squashfuse(args.squashfuse), Squashd(squashd), SquashdKernel(squashd), *variants,
+               *uring_systems, erofs]
     by_name = {s.name: s for s in systems}
     for s in systems:
         log(f"{s.name}: " + (f"skipped: {s.skip_reason}" if s.skip_reason else f"{s.label} ({s.version})"))
@@ -134,6 +167,7 @@ def main():
         "systems": [{"name": s.name, "label": s.label, "version": s.version, "skip_reason": s.skip_reason}
                     for s in systems],
     }
+    uring_was = _enable_uring() if args.uring in ("on", "auto") else None
     try:
         needed = [name for name, users in (("usr", {"E1", "E4", "E5", "E7"}), ("data", {"E2", "E4", "E5", "E7"}),
                                            ("services", {"E3", "E7"})) if users & only]
@@ -168,7 +202,8 @@ def main():
                                        "skip_reason": extra.skip_reason})
         results["E2"] = (experiments.e2_reads(systems + fuse_variants + [big], data, args.runs, 3 if args.quick else 10) if "E2" in only
                          else dict(empty, file_bytes=data["file_bytes"] if data else 0, random_runtime=0))
-        results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs" and x not in variants],
+        results["E3"] = (experiments.e3_many([x for x in systems if x.name != "erofs" and x not in variants
+                                              and x not in uring_systems],
                                              services, args.runs, uring=args.uring)
                          if "E3" in only
                          else dict(empty, count=services["count"] if services else 0))
@@ -177,11 +212,14 @@ def main():
         if "E5" in only:
             results["E5"] = e5_remote.e5_remote(squashd, args.squashfuse, usr, data, args.runs)
         if "E6" in only:
-            e6_systems = [x for x in systems if x.name != "erofs" and x not in variants] + fuse_variants + variants
+            e6_systems = ([x for x in systems if x.name != "erofs" and x not in variants and x not in uring_systems]
+                          + fuse_variants + variants)
             results["E6"] = e6_start.e6_start(e6_systems, [1, 16], args.runs, experiments._mnt)
         if "E7" in only:
             results["E7"] = e7_verity.e7_verity(squashd, usr, data, services, args.runs, [1, 16])
     finally:
+        if uring_was is not None:
+            _restore_uring(uring_was)
         e5_servers.stop_all()
         cleanup()
         left = leftovers()

@@ -225,13 +225,15 @@ class SquashdKernel(Squashd):
 
     fuse = False
 
-    def __init__(self, binary, variant=None, env=None):
+    def __init__(self, binary, variant=None, env=None, extra_options=None):
         """`variant`: the name of another build or setting (`run.py --kernel-variant`), shown as
-        squashd_kernel_VARIANT; `env`: variables added to the environment of its mounts."""
+        squashd_kernel_VARIANT; `env`: variables added to the environment of its mounts;
+        `extra_options`: mount options added after `kernel` (e.g. `uring=on`)."""
         name = f"squashd_kernel_{variant}" if variant else "squashd_kernel"
         label = "squashd, kernel path (EROFS)" + (f", {variant}" if variant else "")
         super().__init__(binary, options="kernel", name=name, label=label)
         self.env = env or {}
+        self.extra_options = extra_options
         if variant:
             self.version = f"{self.version} ({binary}" + "".join(f", {k}={v}" for k, v in self.env.items()) + ")"
         self.last_mount_seconds = None
@@ -246,7 +248,8 @@ class SquashdKernel(Squashd):
 
     def mount(self, image, mnt):
         start = time.perf_counter()
-        run([self.binary, "mount", image, mnt, "-o", f"kernel,control={self._socket(mnt)}"],
+        options = f"kernel,control={self._socket(mnt)}" + (f",{self.extra_options}" if self.extra_options else "")
+        run([self.binary, "mount", image, mnt, "-o", options],
             env=dict(os.environ, **self.env) if self.env else None)
         self.last_mount_seconds = time.perf_counter() - start
         if not mounted(mnt):

@@ -4,8 +4,9 @@ import os
 
 from .common import summary
 
-ORDER = ["kernel", "squashfuse", "squashd", "squashd_big", "squashd_kernel", "erofs"]
+ORDER = ["kernel", "squashfuse", "squashd", "squashd_uring", "squashd_big", "squashd_kernel", "erofs"]
 COLORS = {"kernel": "#4c72b0", "squashfuse": "#dd8452", "squashd": "#55a868", "squashd_big": "#2e7d32",
+          "squashd_uring": "#a1d99b",
           "squashd_kernel": "#c44e52", "erofs": "#937860", "unsquashfs": "#8172b3"}
 # Extra builds or settings of the kernel path (`run.py --kernel-variant NAME=...`) are named
 # squashd_kernel_NAME and shown right after squashd_kernel, in a colour of their own.
@@ -157,8 +158,9 @@ def _e1_md(e1, label):
     systems = _in_order(e1["rows"])
     if systems:
         head = "| N | " + " | ".join(label[s] for s in systems)
-        ratios = [("squashd", "kernel"), ("squashd", "squashfuse"), ("squashd_kernel", "kernel"),
-                  ("erofs", "kernel"), ("squashd_kernel", "erofs")]
+        ratios = [("squashd", "kernel"), ("squashd", "squashfuse"), ("squashd_uring", "kernel"),
+                  ("squashd_uring", "squashd"), ("squashd_kernel", "kernel"), ("erofs", "kernel"),
+                  ("squashd_kernel", "erofs")]
         ratios = [r for r in ratios if r[0] in systems and r[1] in systems]
         head += "".join(f" | {a}/{b}" for a, b in ratios) + " |"
         out += [head, "|" + "---|" * (1 + len(systems) + len(ratios))]
@@ -239,7 +241,7 @@ def _e2_md(e2, label):
            "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads for "
            f"{e2['random_runtime']} s.", ""]
     systems = _in_order(e2["rows"])
-    ours = [s for s in systems if (s in ("squashd", "squashd_big", "squashd_kernel", "erofs")
+    ours = [s for s in systems if (s in ("squashd", "squashd_uring", "squashd_big", "squashd_kernel", "erofs")
                                    or s.startswith("squashd_kernel_")) and "kernel" in systems]
     if systems:
         out += ["| | " + " | ".join(label[s] for s in systems) + "".join(f" | {label[s]} / kernel" for s in ours)

@@ -46,6 +46,15 @@ impl CacheValue for Arc<[u8]> {
     }
 }
 
+/// What [`BlockCache::get_or_load_elsewhere`] found.
+#[derive(Debug)]
+pub enum Cached<V, T> {
+    /// The cache's value.
+    Held(V),
+    /// What the caller's load returned; nothing was cached.
+    Elsewhere(T),
+}
+
 #[derive(Clone)]
 struct ByteWeighter;
 
@@ -177,6 +186,57 @@ impl<V: CacheValue> BlockCache<V> {
                 Ok(v)
             }
             GuardResult::Timeout => unreachable!("no timeout was given"),
+        }
+    }
+
+    /// The value for `key` if it is cached, or being loaded by another reader (then waited
+    /// for); otherwise `load_elsewhere` runs and its result is returned, nothing cached: for a
+    /// reader that puts the bytes where it wants them (a buffer of its own) and will not come
+    /// back. While it runs, other readers of `key` wait for it as for a load, then load the
+    /// block themselves: a block is not decompressed twice at once. Counted as
+    /// [`BlockCache::get_or_load`] counts, the load as [`BlockCache::count_uncached_load`].
+    pub fn get_or_load_elsewhere<T, E>(
+        &self,
+        key: BlockKey,
+        also: Option<&CacheCounters>,
+        load_elsewhere: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<Cached<V, T>, E> {
+        let count = |event: fn(&Stripe) -> &AtomicU64, n: u64| {
+            event(self.counters.mine()).fetch_add(n, Ordering::Relaxed);
+            if let Some(also) = also {
+                event(also.mine()).fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        // Held while `load_elsewhere` runs, then dropped without a value.
+        let mut _slot = None;
+        if let Some(cache) = &self.cache {
+            if let Some(v) = cache.get(&key) {
+                count(|c| &c.hits, 1);
+                return Ok(Cached::Held(v));
+            }
+            let started = Instant::now();
+            match cache.get_value_or_guard(&key, None) {
+                GuardResult::Value(v) => {
+                    count(|c| &c.hits, 1);
+                    count(|c| &c.waits, 1);
+                    count(|c| &c.wait_nanos, started.elapsed().as_nanos() as u64);
+                    return Ok(Cached::Held(v));
+                }
+                GuardResult::Guard(guard) => _slot = Some(guard),
+                GuardResult::Timeout => unreachable!("no timeout was given"),
+            }
+        }
+        count(|c| &c.misses, 1);
+        match load_elsewhere() {
+            Ok((t, bytes)) => {
+                count(|c| &c.loads, 1);
+                count(|c| &c.loaded_bytes, bytes);
+                Ok(Cached::Elsewhere(t))
+            }
+            Err(e) => {
+                count(|c| &c.load_failures, 1);
+                Err(e)
+            }
         }
     }
 

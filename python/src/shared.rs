@@ -97,10 +97,10 @@ impl Shared {
     /// A reader of the regular file at `path` (symlinks followed). A file read after its
     /// neighbour in the same directory has the files after it read ahead.
     pub fn open_file(&self, path: &[u8]) -> OpResult<FileReader> {
-        let (inode, parent) = self.parents.resolve_in(&self.image, path, true)?;
+        let (inode, parent, listing) = self.parents.resolve_in(&self.image, path, true)?;
         if let (Some(siblings), Some((dir, name))) = (&self.siblings, &parent) {
             if inode.kind == squashd_core::FileKind::File {
-                siblings.on_read(&self.image, dir, name);
+                siblings.on_read(&self.image, dir, listing, name);
             }
         }
         if inode.is_dir() {

@@ -21,8 +21,8 @@
 
 use squashd_core::workers::Workers;
 use squashd_core::{DirEntry, FileKind, Image, Inode, InodeId};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Files kept queued ahead of the reader.
@@ -147,22 +147,34 @@ impl SiblingReadAhead {
     /// Tells the workers that the reader has come to (or gone past) every file whose ticket is
     /// below `tickets`.
     fn reader_passed(&self, tickets: u64) {
-        self.counters.reader_at.fetch_max(tickets, Ordering::Relaxed);
+        self.counters
+            .reader_at
+            .fetch_max(tickets, Ordering::Relaxed);
     }
 
-    /// Notes that file `name` of directory `dir` is being read and, if it follows the file read
-    /// before, queues the files after it.
-    pub fn on_read(&self, image: &Image, dir: &Inode, name: &[u8]) {
+    /// Notes that file `name` of directory `dir` (whose `listing` the caller may have read
+    /// already) is being read and, if it follows the file read before, queues the files after
+    /// it.
+    pub fn on_read(
+        &self,
+        image: &Image,
+        dir: &Inode,
+        listing: Option<crate::parents::Listing>,
+        name: &[u8],
+    ) {
         let Ok(mut state) = self.state.try_lock() else {
             return;
         };
         let listing = match &state.dir {
             Some((id, listing)) if *id == dir.id => listing.clone(),
             _ => {
-                let Ok(listing) = image.read_dir(dir) else {
-                    return;
+                let listing = match listing {
+                    Some(listing) => listing,
+                    None => match image.read_dir(dir) {
+                        Ok(listing) => Arc::new(listing),
+                        Err(_) => return,
+                    },
                 };
-                let listing = Arc::new(listing);
                 // The reader left the directory: what is queued there is not for it now.
                 self.reader_passed(state.next_ticket);
                 *state = State {

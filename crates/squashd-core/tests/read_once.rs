@@ -46,10 +46,19 @@ fn read_once_gives_every_file_whole_and_in_ranges() {
     // Every size class the tree is built to have, so that none is left out unseen.
     let sizes: Vec<u64> = files.iter().map(|(_, b)| b.len() as u64).collect();
     assert!(sizes.contains(&0), "an empty file");
-    assert!(sizes.iter().any(|&s| s > 0 && s < block), "a file under a block");
+    assert!(
+        sizes.iter().any(|&s| s > 0 && s < block),
+        "a file under a block"
+    );
     assert!(sizes.contains(&block), "a file of exactly one block");
-    assert!(sizes.iter().any(|&s| s > block && s % block == 0), "a block multiple");
-    assert!(sizes.iter().any(|&s| s > block && s % block != 0), "blocks and a tail");
+    assert!(
+        sizes.iter().any(|&s| s > block && s % block == 0),
+        "a block multiple"
+    );
+    assert!(
+        sizes.iter().any(|&s| s > block && s % block != 0),
+        "blocks and a tail"
+    );
     let images = [
         built.image("zstd", &["-comp", "zstd"]),
         // Tail ends in blocks of their own.
@@ -84,11 +93,19 @@ fn read_once_gives_every_file_whole_and_in_ranges() {
                     let n = reader.read_once_at(0, &mut got).unwrap();
                     assert_eq!(n, want.len(), "{ctx} pass {pass}");
                     assert!(got[..n] == want[..], "{ctx} pass {pass}: bytes differ");
-                    assert!(got[n..].iter().all(|&b| b == 0xa5), "{ctx}: wrote past the end");
+                    assert!(
+                        got[n..].iter().all(|&b| b == 0xa5),
+                        "{ctx}: wrote past the end"
+                    );
                 }
                 // Ranges starting and ending inside blocks, and one past the end.
                 let len = want.len() as u64;
-                for (at, n) in [(1, len), (len / 3, len / 2), (block - 1, block + 2), (len, 5)] {
+                for (at, n) in [
+                    (1, len),
+                    (len / 3, len / 2),
+                    (block - 1, block + 2),
+                    (len, 5),
+                ] {
                     let at = at.min(len);
                     let end = (at + n).min(len);
                     let mut got = vec![0u8; n as usize];
@@ -108,7 +125,11 @@ fn read_once_gives_every_file_whole_and_in_ranges() {
                 assert_eq!(reader.read_at(0, &mut cached).unwrap(), want.len());
                 let mut got = vec![0u8; want.len()];
                 assert_eq!(reader.read_once_at(0, &mut got).unwrap(), want.len());
-                assert!(got == *want, "{}: bytes differ after a cached read", path.display());
+                assert!(
+                    got == *want,
+                    "{}: bytes differ after a cached read",
+                    path.display()
+                );
             }
         }
     }

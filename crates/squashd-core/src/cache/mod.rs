@@ -330,6 +330,40 @@ mod tests {
     }
 
     #[test]
+    fn loads_elsewhere_wait_for_a_load_in_flight_and_cache_nothing() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 64 * 1024);
+        let loading = Barrier::new(2);
+        std::thread::scope(|s| {
+            let loader = s.spawn(|| {
+                cache.get_or_load(key(1), None, || {
+                    loading.wait();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    Ok::<_, ()>(block(100))
+                })
+            });
+            loading.wait();
+            // Key 1 is being loaded: waited for, and the caller's load does not run.
+            let found =
+                cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>("loaded twice"));
+            assert!(matches!(found, Ok(Cached::Held(ref b)) if b.len() == 100));
+            assert!(loader.join().unwrap().is_ok());
+        });
+        // Not cached: the caller's load runs and nothing is kept; a cached key is lent.
+        let found = cache.get_or_load_elsewhere(key(2), None, || Ok::<_, ()>((5u8, 300)));
+        assert!(matches!(found, Ok(Cached::Elsewhere(5))));
+        assert!(matches!(
+            cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>(())),
+            Ok(Cached::Held(_))
+        ));
+        let failed = cache.get_or_load_elsewhere(key(3), None, || Err::<((), u64), _>(()));
+        assert!(failed.is_err());
+        let s = cache.stats();
+        assert_eq!((s.entries, s.loads, s.load_failures), (1, 2, 1), "{s:?}");
+        assert_eq!((s.hits, s.waits, s.misses), (2, 1, 3), "{s:?}");
+        assert_eq!(s.loaded_bytes, 100 + 300, "{s:?}");
+    }
+
+    #[test]
     fn evictions_are_loads_no_longer_held() {
         let cache = BlockCache::<Arc<[u8]>>::new(64 * 1024, 16 * 1024);
         for pos in 0..40 {

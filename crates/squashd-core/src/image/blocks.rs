@@ -228,46 +228,44 @@ impl ImageInner {
     ) -> Result<Option<Arc<[u8]>>> {
         let key = self.key(pos);
         let len = out.len();
-        let found = self
-            .caches
-            .data
-            .get_or_load_elsewhere(key, Some(&self.counters.data), || {
-                let n = if self.caches.compressed.is_enabled() {
-                    let raw = self.stored_block(pos, size, len)?;
-                    if size.compressed {
-                        decompress(self.superblock.compressor, &raw, out)
-                            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?
-                    } else {
-                        let n = raw.len().min(len);
-                        out[..n].copy_from_slice(&raw[..n]);
-                        raw.len()
-                    }
-                } else if !size.compressed {
-                    let stored = self.stored_size(pos, size, len)?;
-                    self.read_at(pos, &mut out[..stored])?;
-                    stored
-                } else {
-                    // Read into this thread's buffer: no allocation, zeroing or copy per block.
-                    let stored = self.stored_size(pos, size, len)?;
-                    SCRATCH.with(|scratch| {
-                        let raw = &mut scratch.borrow_mut().stored;
-                        if raw.len() < stored {
-                            raw.resize(stored, 0);
+        let found =
+            self.caches
+                .data
+                .get_or_load_elsewhere(key, Some(&self.counters.data), || {
+                    let n = if self.caches.compressed.is_enabled() {
+                        let raw = self.stored_block(pos, size, len)?;
+                        if size.compressed {
+                            decompress(self.superblock.compressor, &raw, out)
+                                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?
+                        } else {
+                            let n = raw.len().min(len);
+                            out[..n].copy_from_slice(&raw[..n]);
+                            raw.len()
                         }
-                        let raw = &mut raw[..stored];
-                        self.read_at(pos, raw)?;
-                        decompress(self.superblock.compressor, raw, out)
-                            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))
-                    })?
-                };
-                if n != len {
-                    return Err(self.corrupt(
-                        pos,
-                        format!("data block holds {n} bytes, expected {len}"),
-                    ));
-                }
-                Ok(((), n as u64))
-            })?;
+                    } else if !size.compressed {
+                        let stored = self.stored_size(pos, size, len)?;
+                        self.read_at(pos, &mut out[..stored])?;
+                        stored
+                    } else {
+                        // Read into this thread's buffer: no allocation, zeroing or copy per block.
+                        let stored = self.stored_size(pos, size, len)?;
+                        SCRATCH.with(|scratch| {
+                            let raw = &mut scratch.borrow_mut().stored;
+                            if raw.len() < stored {
+                                raw.resize(stored, 0);
+                            }
+                            let raw = &mut raw[..stored];
+                            self.read_at(pos, raw)?;
+                            decompress(self.superblock.compressor, raw, out)
+                                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))
+                        })?
+                    };
+                    if n != len {
+                        return Err(self
+                            .corrupt(pos, format!("data block holds {n} bytes, expected {len}")));
+                    }
+                    Ok(((), n as u64))
+                })?;
         Ok(match found {
             Cached::Held(block) => Some(block),
             Cached::Elsewhere(()) => None,

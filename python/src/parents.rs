@@ -21,14 +21,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Parent directories remembered at most; all are forgotten when there would be more (a walk
 /// moves on from directories it has read).
 const PARENT_DIRS: usize = 256;
+/// Bytes of listings (as directories' sizes count them) remembered at most; a directory with a
+/// longer listing is remembered without it (names are looked up in it as a walk does). Held in
+/// memory, a listing takes two or three times its size.
+const LISTED_BYTES: u64 = 4 << 20;
 
 /// A directory resolved as a parent, and its listing (sorted by name).
 #[derive(Clone)]
 pub struct Parent {
     /// The directory.
     pub dir: Inode,
-    /// Its entries.
-    pub listing: Listing,
+    /// Its entries, unless it has too many to keep.
+    pub listing: Option<Listing>,
 }
 
 /// A directory's listing, shared.
@@ -41,7 +45,14 @@ pub type Resolved = (Inode, FoundIn, Option<Listing>);
 /// Parent directories resolved, by the text of their path.
 #[derive(Default)]
 pub struct ParentDirs {
-    dirs: Mutex<HashMap<Vec<u8>, Parent>>,
+    dirs: Mutex<Remembered>,
+}
+
+/// The directories remembered, and the bytes of their listings together.
+#[derive(Default)]
+struct Remembered {
+    by_path: HashMap<Vec<u8>, Parent>,
+    bytes: u64,
 }
 
 impl ParentDirs {
@@ -73,11 +84,15 @@ impl ParentDirs {
         let Some(Parent { dir, listing }) = self.parent(image, parent) else {
             return Ok(None);
         };
-        let id = match listing.binary_search_by(|e| e.name.as_slice().cmp(name)) {
-            Ok(at) => listing[at].id,
-            // Listings are sorted; one that is not (a hostile image) is searched as the walk
-            // from the root searches it.
-            Err(_) => match image.lookup(&dir, name)? {
+        let found = listing.as_ref().and_then(|listing| {
+            let at = listing.binary_search_by(|e| e.name.as_slice().cmp(name));
+            at.ok().map(|at| listing[at].id)
+        });
+        let id = match found {
+            Some(id) => id,
+            // Not kept, or not in it: listings are sorted, but one that is not (a hostile image)
+            // is searched as the walk from the root searches it.
+            None => match image.lookup(&dir, name)? {
                 Some(entry) => entry.id,
                 // As the walk from the root ends: the last name is not in its directory.
                 None => return Err(OpError::errno(libc::ENOENT)),
@@ -87,30 +102,39 @@ impl ParentDirs {
         if follow_last && inode.kind == FileKind::Symlink {
             return Ok(None);
         }
-        Ok(Some((inode, Some((dir, name.to_vec())), Some(listing))))
+        Ok(Some((inode, Some((dir, name.to_vec())), listing)))
     }
 
     /// The directory at `parent`, remembered or resolved now; `None` if it is not one (the
     /// walk from the root then says why).
     fn parent(&self, image: &Image, parent: &[u8]) -> Option<Parent> {
-        if let Some(found) = self.lock().get(parent) {
+        if let Some(found) = self.lock().by_path.get(parent) {
             return Some(found.clone());
         }
         let dir = resolve(image, parent, true).ok()?;
         if dir.kind != FileKind::Directory {
             return None;
         }
-        let listing = Arc::new(image.read_dir(&dir).ok()?);
+        let listing = if dir.size <= LISTED_BYTES {
+            Some(Arc::new(image.read_dir(&dir).ok()?))
+        } else {
+            None
+        };
         let found = Parent { dir, listing };
+        let bytes = |p: &Parent| p.listing.as_ref().map_or(0, |_| p.dir.size);
         let mut dirs = self.lock();
-        if dirs.len() >= PARENT_DIRS {
-            dirs.clear();
+        if dirs.by_path.len() >= PARENT_DIRS || dirs.bytes + bytes(&found) > LISTED_BYTES {
+            *dirs = Remembered::default();
         }
-        dirs.insert(parent.to_vec(), found.clone());
+        dirs.bytes += bytes(&found);
+        if let Some(was) = dirs.by_path.insert(parent.to_vec(), found.clone()) {
+            // Another thread remembered it meanwhile: counted once.
+            dirs.bytes -= bytes(&was);
+        }
         Some(found)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Parent>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
         // The map holds no invariant a panic could break.
         self.dirs.lock().unwrap_or_else(PoisonError::into_inner)
     }

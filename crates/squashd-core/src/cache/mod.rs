@@ -16,7 +16,7 @@ use quick_cache::sync::{Cache, DefaultLifecycle, GuardResult};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Identifies a block: which image, and the block's position in it. Images share caches (the
 /// daemon gives all its images one budget), so the image is part of the key.
@@ -189,11 +189,11 @@ impl<V: CacheValue> BlockCache<V> {
         }
     }
 
-    /// The value for `key` if it is cached, or being loaded by another reader (then waited
-    /// for); otherwise `load_elsewhere` runs and its result is returned, nothing cached: for a
-    /// reader that puts the bytes where it wants them (a buffer of its own) and will not come
-    /// back. While it runs, other readers of `key` wait for it as for a load, then load the
-    /// block themselves: a block is not decompressed twice at once. Counted as
+    /// The value for `key` if it is cached, or being loaded into the cache by another reader
+    /// (then waited for); otherwise `load_elsewhere` runs and its result is returned, nothing
+    /// cached: for a reader that puts the bytes where it wants them (a buffer of its own) and
+    /// will not come back. Nobody waits for a load elsewhere (it would give them nothing to
+    /// share): two such readers of one block load it side by side. Counted as
     /// [`BlockCache::get_or_load`] counts, the load as [`BlockCache::count_uncached_load`].
     pub fn get_or_load_elsewhere<T, E>(
         &self,
@@ -207,23 +207,32 @@ impl<V: CacheValue> BlockCache<V> {
                 event(also.mine()).fetch_add(n, Ordering::Relaxed);
             }
         };
-        // Held while `load_elsewhere` runs, then dropped without a value.
-        let mut _slot = None;
         if let Some(cache) = &self.cache {
             if let Some(v) = cache.get(&key) {
                 count(|c| &c.hits, 1);
                 return Ok(Cached::Held(v));
             }
-            let started = Instant::now();
-            match cache.get_value_or_guard(&key, None) {
-                GuardResult::Value(v) => {
-                    count(|c| &c.hits, 1);
+            // A zero timeout: the value, or the key's load slot if no one holds it (given back
+            // at once: this load is not for the cache), or `Timeout` while a load for the
+            // cache is under way.
+            let value = match cache.get_value_or_guard(&key, Some(Duration::ZERO)) {
+                GuardResult::Value(v) => Some(v),
+                GuardResult::Guard(_slot) => None,
+                GuardResult::Timeout => {
+                    // Its value is worth waiting for. (A failed load hands its slot on.)
+                    let started = Instant::now();
+                    let waited = match cache.get_value_or_guard(&key, None) {
+                        GuardResult::Value(v) => Some(v),
+                        _ => None,
+                    };
                     count(|c| &c.waits, 1);
                     count(|c| &c.wait_nanos, started.elapsed().as_nanos() as u64);
-                    return Ok(Cached::Held(v));
+                    waited
                 }
-                GuardResult::Guard(guard) => _slot = Some(guard),
-                GuardResult::Timeout => unreachable!("no timeout was given"),
+            };
+            if let Some(v) = value {
+                count(|c| &c.hits, 1);
+                return Ok(Cached::Held(v));
             }
         }
         count(|c| &c.misses, 1);
@@ -348,6 +357,27 @@ mod tests {
             assert!(matches!(found, Ok(Cached::Held(ref b)) if b.len() == 100));
             assert!(loader.join().unwrap().is_ok());
         });
+        // Two loads elsewhere of one key run side by side: neither waits for the other (the
+        // first would time out waiting for the second's signal).
+        let (signal, signalled) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let cache = &cache;
+            let first = s.spawn(move || {
+                cache.get_or_load_elsewhere(key(4), None, || {
+                    signalled
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .map(|()| ((), 1))
+                        .map_err(|_| "the second load waited for the first")
+                })
+            });
+            // Started once the first has its load under way (or the second would not meet it).
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let second = cache.get_or_load_elsewhere(key(4), None, || {
+                signal.send(()).map(|()| ((), 1)).map_err(|_| "first gone")
+            });
+            assert!(matches!(second, Ok(Cached::Elsewhere(()))));
+            assert!(matches!(first.join().unwrap(), Ok(Cached::Elsewhere(()))));
+        });
         // Not cached: the caller's load runs and nothing is kept; a cached key is lent.
         let found = cache.get_or_load_elsewhere(key(2), None, || Ok::<_, ()>((5u8, 300)));
         assert!(matches!(found, Ok(Cached::Elsewhere(5))));
@@ -358,9 +388,9 @@ mod tests {
         let failed = cache.get_or_load_elsewhere(key(3), None, || Err::<((), u64), _>(()));
         assert!(failed.is_err());
         let s = cache.stats();
-        assert_eq!((s.entries, s.loads, s.load_failures), (1, 2, 1), "{s:?}");
-        assert_eq!((s.hits, s.waits, s.misses), (2, 1, 3), "{s:?}");
-        assert_eq!(s.loaded_bytes, 100 + 300, "{s:?}");
+        assert_eq!((s.entries, s.loads, s.load_failures), (1, 4, 1), "{s:?}");
+        assert_eq!((s.hits, s.waits, s.misses), (2, 1, 5), "{s:?}");
+        assert_eq!(s.loaded_bytes, 100 + 1 + 1 + 300, "{s:?}");
     }
 
     #[test]

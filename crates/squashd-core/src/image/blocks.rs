@@ -218,8 +218,9 @@ impl ImageInner {
     /// Decompresses the data block at `pos` straight into `out`, which is exactly as long as the
     /// block's bytes must be (its chunk of the file), without caching it: for a reader that
     /// reads a range once into a buffer of its own. A block the data cache holds, or that
-    /// another reader is loading (then waited for), is returned instead and `out` is left as it
-    /// was. A block that decompresses to any other length than `out.len()` is corrupt.
+    /// another reader is loading into it (then waited for), is returned instead and `out` is
+    /// left as it was. A block that decompresses to any other length than `out.len()` is
+    /// corrupt.
     pub(crate) fn data_block_to_slice(
         &self,
         pos: u64,

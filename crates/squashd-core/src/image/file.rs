@@ -340,7 +340,7 @@ impl FileReader {
     /// each data block that `buf` takes whole and that the data cache does not hold is
     /// decompressed straight into `buf` and not cached, so it is neither decompressed into the
     /// cache and copied out nor evicts what other readers use. A block the cache holds (read
-    /// ahead, or read by another reader), one another reader is loading, a block `buf` takes
+    /// ahead, or read by another reader), one being loaded into it, a block `buf` takes
     /// part of, and the tail end (its fragment block is shared with other files) come through
     /// the cache and are copied. Returns how many bytes were read (0 at the end).
     pub fn read_once_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {

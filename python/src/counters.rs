@@ -67,6 +67,7 @@ pub fn stats<'py>(py: Python<'py>, shared: &Shared) -> PyResult<Bound<'py, PyDic
     files.set_item("files", across.files)?;
     files.set_item("chunks", across.chunks)?;
     files.set_item("dirs", across.dirs)?;
+    files.set_item("passed", across.passed)?;
     d.set_item("files_read_ahead", files)?;
     Ok(d)
 }

@@ -10,6 +10,7 @@ mod file;
 mod image;
 mod names;
 mod opening;
+mod parents;
 mod pysource;
 mod read;
 mod resolve;

@@ -13,13 +13,19 @@ use squashd_core::FileReader;
 const SPLIT_BLOCKS: u64 = 3;
 
 /// Fills `out` from `offset` of `reader`'s file (the range lies within the file), with up to
-/// `threads` threads.
-pub fn read_at(reader: &FileReader, offset: u64, out: &mut [u8], threads: usize) -> OpResult<()> {
+/// `threads` threads. `once`: the caller reads this range once (see [`read_exact`]).
+pub fn read_at(
+    reader: &FileReader,
+    offset: u64,
+    out: &mut [u8],
+    threads: usize,
+    once: bool,
+) -> OpResult<()> {
     let bs = u64::from(reader.block_size().max(1));
     let end = offset + out.len() as u64;
     let blocks = end.div_ceil(bs) - offset / bs;
     if threads < 2 || blocks < SPLIT_BLOCKS {
-        return read_exact(reader, offset, out);
+        return read_exact(reader, offset, out, once);
     }
     // Contiguous pieces that end on block boundaries, so that no block is decompressed twice.
     let parts = (threads as u64).min(blocks);
@@ -47,10 +53,10 @@ pub fn read_at(reader: &FileReader, offset: u64, out: &mut [u8], threads: usize)
             .map(|(at, piece)| {
                 std::thread::Builder::new()
                     .name("squashd-read".into())
-                    .spawn_scoped(scope, move || read_exact(reader, at, piece))
+                    .spawn_scoped(scope, move || read_exact(reader, at, piece, once))
             })
             .collect();
-        let mut result = read_exact(reader, own_at, own);
+        let mut result = read_exact(reader, own_at, own, once);
         for helper in helpers {
             let done = match helper {
                 Ok(helper) => helper.join().unwrap_or_else(|_| {
@@ -67,11 +73,17 @@ pub fn read_at(reader: &FileReader, offset: u64, out: &mut [u8], threads: usize)
     })
 }
 
-/// Fills `out` from `offset`, which the file's size allows.
-fn read_exact(reader: &FileReader, offset: u64, out: &mut [u8]) -> OpResult<()> {
+/// Fills `out` from `offset`, which the file's size allows. `once`: blocks the data cache does
+/// not hold are decompressed straight into `out` and not cached (`FileReader::read_once_at`).
+fn read_exact(reader: &FileReader, offset: u64, out: &mut [u8], once: bool) -> OpResult<()> {
     let mut done = 0;
     while done < out.len() {
-        let n = reader.read_at(offset + done as u64, &mut out[done..])?;
+        let at = offset + done as u64;
+        let n = if once {
+            reader.read_once_at(at, &mut out[done..])?
+        } else {
+            reader.read_at(at, &mut out[done..])?
+        };
         if n == 0 {
             // The caller bounded the range by the file's size: the reader ran short.
             break;

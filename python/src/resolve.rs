@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 pub const MAX_SYMLINKS: usize = 40;
 
 /// The longest name a directory entry may have, as the kernel's `NAME_MAX`.
-const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = 255;
 
 /// The inode at `path` (relative to the image's root, with or without a leading '/'). Symbolic
 /// links in the middle of the path are always followed; the last one only if `follow_last`. A

@@ -2,7 +2,7 @@
 //! source's counters, and the number it is known by as `st_dev`.
 
 use crate::errors::{OpError, OpResult};
-use crate::resolve::{resolve, resolve_in};
+use crate::parents::ParentDirs;
 use crate::siblings::SiblingReadAhead;
 use squashd_core::container::Located;
 use squashd_core::read_ahead::{ReadAheadPool, ReadState};
@@ -29,6 +29,8 @@ pub struct Shared {
     pub siblings: Option<SiblingReadAhead>,
     /// Threads that may split one large read between them (1: none).
     pub read_threads: usize,
+    /// Directories recently resolved as paths' parents.
+    pub parents: ParentDirs,
     /// `st_dev` of its files: a number of its own in this process, so that `os.path.samefile`
     /// tells files of two images apart.
     pub dev: u64,
@@ -82,22 +84,23 @@ impl Shared {
             image,
             remote,
             located,
+            parents: ParentDirs::default(),
             dev: NEXT_DEV.fetch_add(1, Ordering::Relaxed),
         }
     }
 
     /// The inode at `path`, following symlinks as `os.stat` (or not, as `os.lstat`).
     pub fn resolve(&self, path: &[u8], follow: bool) -> OpResult<Inode> {
-        resolve(&self.image, path, follow)
+        Ok(self.parents.resolve_in(&self.image, path, follow)?.0)
     }
 
     /// A reader of the regular file at `path` (symlinks followed). A file read after its
     /// neighbour in the same directory has the files after it read ahead.
     pub fn open_file(&self, path: &[u8]) -> OpResult<FileReader> {
-        let (inode, parent) = resolve_in(&self.image, path, true)?;
+        let (inode, parent, listing) = self.parents.resolve_in(&self.image, path, true)?;
         if let (Some(siblings), Some((dir, name))) = (&self.siblings, &parent) {
             if inode.kind == squashd_core::FileKind::File {
-                siblings.on_read(&self.image, dir, name);
+                siblings.on_read(&self.image, dir, listing, name);
             }
         }
         if inode.is_dir() {
@@ -115,7 +118,11 @@ impl Shared {
 
     /// Reads `out.len()` bytes (fewer at the end of the file) at `offset` of `reader`'s file.
     /// A read of several blocks is split between the read threads; a sequential reader's next
-    /// blocks are queued for read-ahead.
+    /// blocks are queued for read-ahead. A read of the whole file (`read_bytes`, or `read()` of
+    /// a file just opened) decompresses the blocks the data cache does not hold straight into
+    /// `out` and does not cache them: its caller keeps the bytes, and a walk that reads every
+    /// file of an image would otherwise decompress each block into the cache, copy it out, and
+    /// evict what the cache held.
     pub fn read(
         &self,
         reader: &FileReader,
@@ -132,7 +139,8 @@ impl Shared {
         if let (Some(prefetch), Some(state)) = (&self.prefetch, state) {
             prefetch.on_read(state, reader, offset, len as u64);
         }
-        crate::read::read_at(reader, offset, out, self.read_threads)?;
+        let once = offset == 0 && len as u64 == size;
+        crate::read::read_at(reader, offset, out, self.read_threads, once)?;
         Ok(len)
     }
 }

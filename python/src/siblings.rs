@@ -11,9 +11,17 @@
 //! subdirectories are read ahead too: a walk enters one of them next (which one depends on the
 //! walk), and there its first read would otherwise find nothing ahead. The state sits behind a lock that readers only try: a reader that finds it
 //! taken goes on without read-ahead rather than waiting.
+//!
+//! A file's job is dropped (and a file's remaining blocks are left) once the reader has come to
+//! that file or gone past it: a whole-file read decompresses what the cache does not hold
+//! straight into its own buffer, so a block a worker decompressed into the cache after that
+//! would be decompressed twice and kept for no one. Each file's job carries a ticket, issued in
+//! the listing's order; the reader publishes the ticket of the file it reads (or, when it
+//! leaves the directory, of the last file queued), and workers skip tickets at or below it.
 
 use squashd_core::workers::Workers;
 use squashd_core::{DirEntry, FileKind, Image, Inode, InodeId};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +43,9 @@ struct Job {
     image: Image,
     id: InodeId,
     what: What,
+    /// For a file of the reader's directory: its place in the order the reader reads them.
+    /// `None` for a subdirectory's first files, which a walk may enter in any order.
+    ticket: Option<u64>,
 }
 
 /// What a job's inode is read ahead for.
@@ -57,6 +68,10 @@ struct Counters {
     chunks: AtomicU64,
     /// Subdirectories whose first files were queued.
     dirs: AtomicU64,
+    /// Files dropped (or left part way) because the reader had come to them first.
+    passed: AtomicU64,
+    /// Tickets below this are of files the reader has come to or gone past.
+    reader_at: AtomicU64,
 }
 
 /// A snapshot of the read-ahead across files' counters.
@@ -70,6 +85,8 @@ pub struct SiblingStats {
     pub chunks: u64,
     /// Subdirectories whose first files were queued.
     pub dirs: u64,
+    /// Files dropped (or left part way) because the reader had come to them first.
+    pub passed: u64,
 }
 
 /// Where the sequential reader stands.
@@ -85,6 +102,10 @@ struct State {
     streak: u32,
     /// Whether its subdirectories' first files were queued.
     descended: bool,
+    /// The listing index and ticket of each file queued and not yet come to, in order.
+    tickets: VecDeque<(usize, u64)>,
+    /// The next ticket to issue (tickets grow across directories).
+    next_ticket: u64,
 }
 
 /// Read-ahead across the files of a directory, for one image.
@@ -119,24 +140,46 @@ impl SiblingReadAhead {
             files: self.counters.files.load(Ordering::Relaxed),
             chunks: self.counters.chunks.load(Ordering::Relaxed),
             dirs: self.counters.dirs.load(Ordering::Relaxed),
+            passed: self.counters.passed.load(Ordering::Relaxed),
         }
     }
 
-    /// Notes that file `name` of directory `dir` is being read and, if it follows the file read
-    /// before, queues the files after it.
-    pub fn on_read(&self, image: &Image, dir: &Inode, name: &[u8]) {
+    /// Tells the workers that the reader has come to (or gone past) every file whose ticket is
+    /// below `tickets`.
+    fn reader_passed(&self, tickets: u64) {
+        self.counters
+            .reader_at
+            .fetch_max(tickets, Ordering::Relaxed);
+    }
+
+    /// Notes that file `name` of directory `dir` (whose `listing` the caller may have read
+    /// already) is being read and, if it follows the file read before, queues the files after
+    /// it.
+    pub fn on_read(
+        &self,
+        image: &Image,
+        dir: &Inode,
+        listing: Option<crate::parents::Listing>,
+        name: &[u8],
+    ) {
         let Ok(mut state) = self.state.try_lock() else {
             return;
         };
         let listing = match &state.dir {
             Some((id, listing)) if *id == dir.id => listing.clone(),
             _ => {
-                let Ok(listing) = image.read_dir(dir) else {
-                    return;
+                let listing = match listing {
+                    Some(listing) => listing,
+                    None => match image.read_dir(dir) {
+                        Ok(listing) => Arc::new(listing),
+                        Err(_) => return,
+                    },
                 };
-                let listing = Arc::new(listing);
+                // The reader left the directory: what is queued there is not for it now.
+                self.reader_passed(state.next_ticket);
                 *state = State {
                     dir: Some((dir.id, listing.clone())),
+                    next_ticket: state.next_ticket,
                     ..State::default()
                 };
                 listing
@@ -146,6 +189,14 @@ impl SiblingReadAhead {
         let Ok(index) = listing.binary_search_by(|e| e.name.as_slice().cmp(name)) else {
             return;
         };
+        // Files queued up to this one: the reader reads this one itself and skipped the others.
+        while let Some(&(queued, ticket)) = state.tickets.front() {
+            if queued > index {
+                break;
+            }
+            self.reader_passed(ticket + 1);
+            state.tickets.pop_front();
+        }
         let first_file = listing[..index].iter().all(|e| e.kind != FileKind::File);
         let follows = index > state.last && index <= state.last + 4;
         state.streak = if follows || first_file {
@@ -166,14 +217,18 @@ impl SiblingReadAhead {
         while next < listing.len() && files < WINDOW_FILES {
             let entry = &listing[next];
             if entry.kind == FileKind::File {
+                let ticket = state.next_ticket;
                 let job = Job {
                     image: image.clone(),
                     id: entry.id,
                     what: What::File,
+                    ticket: Some(ticket),
                 };
                 if !self.workers.offer(job) {
                     break;
                 }
+                state.next_ticket += 1;
+                state.tickets.push_back((next, ticket));
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
                 files += 1;
             }
@@ -194,6 +249,7 @@ impl SiblingReadAhead {
                     image: image.clone(),
                     id: entry.id,
                     what: What::FirstFiles,
+                    ticket: None,
                 };
                 if !self.workers.offer(job) {
                     break;
@@ -218,20 +274,26 @@ fn load(job: Job, counters: &Counters) {
         for entry in files.take(FIRST_FILES) {
             counters.queued.fetch_add(1, Ordering::Relaxed);
             if let Ok(inode) = job.image.inode(entry.id) {
-                load_file(&job.image, &inode, counters);
+                load_file(&job.image, &inode, None, counters);
             }
         }
         return;
     }
-    load_file(&job.image, &inode, counters);
+    load_file(&job.image, &inode, job.ticket, counters);
 }
 
-/// Decompresses the first blocks of file `inode` into the data cache.
-fn load_file(image: &Image, inode: &Inode, counters: &Counters) {
+/// Decompresses the first blocks of file `inode` into the data cache, unless the reader comes
+/// to the file (its `ticket`) first.
+fn load_file(image: &Image, inode: &Inode, ticket: Option<u64>, counters: &Counters) {
     let Ok(reader) = image.open_file(inode) else {
         return;
     };
+    let come_to = || ticket.is_some_and(|t| t < counters.reader_at.load(Ordering::Relaxed));
     for index in 0..reader.chunk_count().min(BLOCKS_PER_FILE) {
+        if come_to() {
+            counters.passed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if reader.chunk(index).is_err() {
             return;
         }

@@ -16,7 +16,7 @@ use quick_cache::sync::{Cache, DefaultLifecycle, GuardResult};
 use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Identifies a block: which image, and the block's position in it. Images share caches (the
 /// daemon gives all its images one budget), so the image is part of the key.
@@ -44,6 +44,15 @@ impl CacheValue for Arc<[u8]> {
     fn weight(&self) -> u64 {
         self.len().max(1) as u64
     }
+}
+
+/// What [`BlockCache::get_or_load_elsewhere`] found.
+#[derive(Debug)]
+pub enum Cached<V, T> {
+    /// The cache's value.
+    Held(V),
+    /// What the caller's load returned; nothing was cached.
+    Elsewhere(T),
 }
 
 #[derive(Clone)]
@@ -180,6 +189,66 @@ impl<V: CacheValue> BlockCache<V> {
         }
     }
 
+    /// The value for `key` if it is cached, or being loaded into the cache by another reader
+    /// (then waited for); otherwise `load_elsewhere` runs and its result is returned, nothing
+    /// cached: for a reader that puts the bytes where it wants them (a buffer of its own) and
+    /// will not come back. Nobody waits for a load elsewhere (it would give them nothing to
+    /// share): two such readers of one block load it side by side. Counted as
+    /// [`BlockCache::get_or_load`] counts, the load as [`BlockCache::count_uncached_load`].
+    pub fn get_or_load_elsewhere<T, E>(
+        &self,
+        key: BlockKey,
+        also: Option<&CacheCounters>,
+        load_elsewhere: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<Cached<V, T>, E> {
+        let count = |event: fn(&Stripe) -> &AtomicU64, n: u64| {
+            event(self.counters.mine()).fetch_add(n, Ordering::Relaxed);
+            if let Some(also) = also {
+                event(also.mine()).fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        if let Some(cache) = &self.cache {
+            if let Some(v) = cache.get(&key) {
+                count(|c| &c.hits, 1);
+                return Ok(Cached::Held(v));
+            }
+            // A zero timeout: the value, or the key's load slot if no one holds it (given back
+            // at once: this load is not for the cache), or `Timeout` while a load for the
+            // cache is under way.
+            let value = match cache.get_value_or_guard(&key, Some(Duration::ZERO)) {
+                GuardResult::Value(v) => Some(v),
+                GuardResult::Guard(_slot) => None,
+                GuardResult::Timeout => {
+                    // Its value is worth waiting for. (A failed load hands its slot on.)
+                    let started = Instant::now();
+                    let waited = match cache.get_value_or_guard(&key, None) {
+                        GuardResult::Value(v) => Some(v),
+                        _ => None,
+                    };
+                    count(|c| &c.waits, 1);
+                    count(|c| &c.wait_nanos, started.elapsed().as_nanos() as u64);
+                    waited
+                }
+            };
+            if let Some(v) = value {
+                count(|c| &c.hits, 1);
+                return Ok(Cached::Held(v));
+            }
+        }
+        count(|c| &c.misses, 1);
+        match load_elsewhere() {
+            Ok((t, bytes)) => {
+                count(|c| &c.loads, 1);
+                count(|c| &c.loaded_bytes, bytes);
+                Ok(Cached::Elsewhere(t))
+            }
+            Err(e) => {
+                count(|c| &c.load_failures, 1);
+                Err(e)
+            }
+        }
+    }
+
     fn counted_load<E>(
         load: impl FnOnce() -> Result<V, E>,
         count: impl Fn(fn(&Stripe) -> &AtomicU64, u64),
@@ -267,6 +336,61 @@ mod tests {
 
     fn block(len: usize) -> Arc<[u8]> {
         vec![7u8; len].into()
+    }
+
+    #[test]
+    fn loads_elsewhere_wait_for_a_load_in_flight_and_cache_nothing() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 64 * 1024);
+        let loading = Barrier::new(2);
+        std::thread::scope(|s| {
+            let loader = s.spawn(|| {
+                cache.get_or_load(key(1), None, || {
+                    loading.wait();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    Ok::<_, ()>(block(100))
+                })
+            });
+            loading.wait();
+            // Key 1 is being loaded: waited for, and the caller's load does not run.
+            let found =
+                cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>("loaded twice"));
+            assert!(matches!(found, Ok(Cached::Held(ref b)) if b.len() == 100));
+            assert!(loader.join().unwrap().is_ok());
+        });
+        // Two loads elsewhere of one key run side by side: neither waits for the other (the
+        // first would time out waiting for the second's signal).
+        let (signal, signalled) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let cache = &cache;
+            let first = s.spawn(move || {
+                cache.get_or_load_elsewhere(key(4), None, || {
+                    signalled
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .map(|()| ((), 1))
+                        .map_err(|_| "the second load waited for the first")
+                })
+            });
+            // Started once the first has its load under way (or the second would not meet it).
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let second = cache.get_or_load_elsewhere(key(4), None, || {
+                signal.send(()).map(|()| ((), 1)).map_err(|_| "first gone")
+            });
+            assert!(matches!(second, Ok(Cached::Elsewhere(()))));
+            assert!(matches!(first.join().unwrap(), Ok(Cached::Elsewhere(()))));
+        });
+        // Not cached: the caller's load runs and nothing is kept; a cached key is lent.
+        let found = cache.get_or_load_elsewhere(key(2), None, || Ok::<_, ()>((5u8, 300)));
+        assert!(matches!(found, Ok(Cached::Elsewhere(5))));
+        assert!(matches!(
+            cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>(())),
+            Ok(Cached::Held(_))
+        ));
+        let failed = cache.get_or_load_elsewhere(key(3), None, || Err::<((), u64), _>(()));
+        assert!(failed.is_err());
+        let s = cache.stats();
+        assert_eq!((s.entries, s.loads, s.load_failures), (1, 4, 1), "{s:?}");
+        assert_eq!((s.hits, s.waits, s.misses), (2, 1, 5), "{s:?}");
+        assert_eq!(s.loaded_bytes, 100 + 1 + 1 + 300, "{s:?}");
     }
 
     #[test]

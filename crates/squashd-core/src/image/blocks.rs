@@ -13,6 +13,7 @@
 //! that are not kept).
 
 use super::ImageInner;
+use crate::cache::Cached;
 use crate::compress::decompress;
 use crate::error::{Error, Result};
 use crate::format::{DataBlockSize, MetadataHeader, METADATA_BLOCK_SIZE};
@@ -212,6 +213,64 @@ impl ImageInner {
             .data
             .count_uncached_load(Some(&self.counters.data), out.len() as u64);
         Ok(None)
+    }
+
+    /// Decompresses the data block at `pos` straight into `out`, which is exactly as long as the
+    /// block's bytes must be (its chunk of the file), without caching it: for a reader that
+    /// reads a range once into a buffer of its own. A block the data cache holds, or that
+    /// another reader is loading into it (then waited for), is returned instead and `out` is
+    /// left as it was. A block that decompresses to any other length than `out.len()` is
+    /// corrupt.
+    pub(crate) fn data_block_to_slice(
+        &self,
+        pos: u64,
+        size: DataBlockSize,
+        out: &mut [u8],
+    ) -> Result<Option<Arc<[u8]>>> {
+        let key = self.key(pos);
+        let len = out.len();
+        let found =
+            self.caches
+                .data
+                .get_or_load_elsewhere(key, Some(&self.counters.data), || {
+                    let n = if self.caches.compressed.is_enabled() {
+                        let raw = self.stored_block(pos, size, len)?;
+                        if size.compressed {
+                            decompress(self.superblock.compressor, &raw, out)
+                                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?
+                        } else {
+                            let n = raw.len().min(len);
+                            out[..n].copy_from_slice(&raw[..n]);
+                            raw.len()
+                        }
+                    } else if !size.compressed {
+                        let stored = self.stored_size(pos, size, len)?;
+                        self.read_at(pos, &mut out[..stored])?;
+                        stored
+                    } else {
+                        // Read into this thread's buffer: no allocation, zeroing or copy per block.
+                        let stored = self.stored_size(pos, size, len)?;
+                        SCRATCH.with(|scratch| {
+                            let raw = &mut scratch.borrow_mut().stored;
+                            if raw.len() < stored {
+                                raw.resize(stored, 0);
+                            }
+                            let raw = &mut raw[..stored];
+                            self.read_at(pos, raw)?;
+                            decompress(self.superblock.compressor, raw, out)
+                                .map_err(|e| self.corrupt(pos, format!("data block: {e}")))
+                        })?
+                    };
+                    if n != len {
+                        return Err(self
+                            .corrupt(pos, format!("data block holds {n} bytes, expected {len}")));
+                    }
+                    Ok(((), n as u64))
+                })?;
+        Ok(match found {
+            Cached::Held(block) => Some(block),
+            Cached::Elsewhere(()) => None,
+        })
     }
 
     /// The size in the image of the data block at `pos`, checked: an uncompressed block holds

@@ -334,6 +334,50 @@ impl FileReader {
         }
         Ok((end - offset) as usize)
     }
+
+    /// Reads up to `buf.len()` bytes at `offset`, as [`FileReader::read_at`], for a reader that
+    /// reads this range once into a buffer of its own (a whole file into a new bytes object):
+    /// each data block that `buf` takes whole and that the data cache does not hold is
+    /// decompressed straight into `buf` and not cached, so it is neither decompressed into the
+    /// cache and copied out nor evicts what other readers use. A block the cache holds (read
+    /// ahead, or read by another reader), one being loaded into it, a block `buf` takes
+    /// part of, and the tail end (its fragment block is shared with other files) come through
+    /// the cache and are copied. Returns how many bytes were read (0 at the end).
+    pub fn read_once_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = self.body.file_size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let end = size.min(offset.saturating_add(buf.len() as u64));
+        let bs = self.block_size() as u64;
+        let mut pos = offset;
+        while pos < end {
+            let index = pos / bs;
+            let within = (pos % bs) as usize;
+            let out = &mut buf[(pos - offset) as usize..(end - offset) as usize];
+            let len = self.chunk_len(index)?;
+            let whole = within == 0 && out.len() >= len;
+            if let (true, Some(Some(block))) = (whole, self.blocks.get(index)) {
+                let out = &mut out[..len];
+                let inner = &self.image.inner;
+                if let Some(data) = inner.data_block_to_slice(block.start, block.size, out)? {
+                    self.check_block_len(index, block.start, data.len(), len)?;
+                    out.copy_from_slice(&data);
+                }
+                pos += len as u64;
+                continue;
+            }
+            let chunk = self.chunk(index)?;
+            let n = out.len().min(chunk.len() - within);
+            let out = &mut out[..n];
+            match &chunk {
+                Chunk::Zeros(_) => out.fill(0),
+                Chunk::Data { .. } => out.copy_from_slice(&chunk.bytes()[within..within + n]),
+            }
+            pos += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
 }
 
 /// What [`FileReader::read_chunk_into`] found.

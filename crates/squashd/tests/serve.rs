@@ -507,5 +507,8 @@ mod fallback;
 #[path = "serve/verity.rs"]
 mod verity;
 
+#[path = "serve/verity_names.rs"]
+mod verity_names;
+
 #[path = "serve/uring.rs"]
 mod uring;

@@ -510,5 +510,8 @@ mod verity;
 #[path = "serve/verity_names.rs"]
 mod verity_names;
 
+#[path = "serve/verity_costs.rs"]
+mod verity_costs;
+
 #[path = "serve/uring.rs"]
 mod uring;

@@ -16,7 +16,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// `veritysetup format IMAGE TREE`: the root hash it printed.
-fn veritysetup_format(image: &Path, tree: &Path) -> String {
+pub(crate) fn veritysetup_format(image: &Path, tree: &Path) -> String {
     let out = Command::new("veritysetup")
         .arg("format")
         .args([image, tree])

@@ -77,6 +77,16 @@ struct VerityState {
 
 const MAX_LOGGED: usize = 1024;
 
+/// The largest per-thread buffer of whole blocks kept between reads: a data block (1 MiB at
+/// most) and the partial blocks around it.
+const MAX_KEPT_BUFFER: usize = (1 << 20) + (1 << 16);
+
+thread_local! {
+    /// The whole blocks around the read being checked on this thread (see
+    /// [`VeritySource::read_exact_at`]); taken out while in use.
+    static WHOLE_BLOCKS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The hash blocks of every level above the one that holds the data blocks' hashes (and the
 /// top block when that level is the top), kept once checked. Every check of a data block
 /// goes through a path of them to the root, so keeping them makes a check read at most one
@@ -464,22 +474,37 @@ impl Source for VeritySource {
         if (first..=last).all(|block| state.is_verified(block)) {
             return state.data.read_exact_at(buf, state.data_start + pos);
         }
-        // Whole blocks, hashed from the very bytes that are then copied up.
-        let mut whole = vec![0u8; ((last - first + 1) * size) as usize];
-        state
-            .data
-            .read_exact_at(&mut whole, state.data_start + first * size)?;
-        for (i, bytes) in whole.chunks(size as usize).enumerate() {
-            let block = first + i as u64;
-            if !state.is_verified(block) {
-                state
-                    .check_data_block(block, bytes)
-                    .map_err(VerityError::into_io)?;
-            }
+        // Whole blocks, hashed from the very bytes that are then copied up, read into this
+        // thread's buffer: allocated and zeroed once, not per read, and still in the cache
+        // when they are hashed and copied (a fresh buffer per read cost the kernel path's
+        // sequential reads a tenth more CPU in the page-cache copy alone).
+        let whole_len = ((last - first + 1) * size) as usize;
+        let mut whole = WHOLE_BLOCKS.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        if whole.len() < whole_len {
+            whole.resize(whole_len, 0);
         }
-        let skip = (pos - first * size) as usize;
-        buf.copy_from_slice(&whole[skip..skip + buf.len()]);
-        Ok(())
+        let result = (|| {
+            let whole = &mut whole[..whole_len];
+            state
+                .data
+                .read_exact_at(whole, state.data_start + first * size)?;
+            for (i, bytes) in whole.chunks(size as usize).enumerate() {
+                let block = first + i as u64;
+                if !state.is_verified(block) {
+                    state
+                        .check_data_block(block, bytes)
+                        .map_err(VerityError::into_io)?;
+                }
+            }
+            let skip = (pos - first * size) as usize;
+            buf.copy_from_slice(&whole[skip..skip + buf.len()]);
+            Ok(())
+        })();
+        // Kept for the next read unless a rare large read grew it past what reads need.
+        if whole.len() <= MAX_KEPT_BUFFER {
+            WHOLE_BLOCKS.with(|b| *b.borrow_mut() = whole);
+        }
+        result
     }
 
     fn len(&self) -> std::io::Result<u64> {

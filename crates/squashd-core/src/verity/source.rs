@@ -477,7 +477,7 @@ impl Source for VeritySource {
         // Whole blocks, hashed from the very bytes that are then copied up, read into this
         // thread's buffer: allocated and zeroed once, not per read, and still in the cache
         // when they are hashed and copied (a fresh buffer per read cost the kernel path's
-        // sequential reads a tenth more CPU in the page-cache copy alone).
+        // sequential reads about as much CPU as the hashing: 2026-11-26-verity-s6.md).
         let whole_len = ((last - first + 1) * size) as usize;
         let mut whole = WHOLE_BLOCKS.with(|b| std::mem::take(&mut *b.borrow_mut()));
         if whole.len() < whole_len {

@@ -199,17 +199,19 @@ pub(crate) fn verify_opened(
     let data: Arc<dyn Source> = Arc::from(opened.source);
     let hash: Arc<dyn Source> = match (&found.tree_file, hash_source) {
         (_, Some(source)) => source,
-        (Some(path), None) => Arc::new(
-            FileSource::open(path)
-                .map_err(|e| anyhow!("{}: cannot open the hash tree: {e}", path.display()))?,
-        ),
+        (Some(path), None) => Arc::new(FileSource::open(path).map_err(|e| {
+            anyhow!(
+                "{}: cannot open the hash tree: {e}",
+                options.shown(path).display()
+            )
+        })?),
         // The tree is in the image's own file.
         (None, None) => data.clone(),
     };
-    let tree_name = found
-        .tree_file
-        .as_ref()
-        .map_or_else(|| name.to_string(), |p| p.display().to_string());
+    let tree_name = found.tree_file.as_ref().map_or_else(
+        || name.to_string(),
+        |p| options.shown(p).display().to_string(),
+    );
     let data_len = match data_limit {
         Some(limit) => limit,
         // A tree in the image's own file starts where the data ends.
@@ -369,11 +371,14 @@ fn remote_plan(
         }
     };
     let signature = match &options.root_hash_sig {
-        Some(path) => Some((
-            path.clone(),
-            std::fs::read(path)
-                .map_err(|e| anyhow!("{}: cannot read the signature: {e}", path.display()))?,
-        )),
+        Some(path) => {
+            let shown = options.shown(path);
+            Some((
+                shown.to_path_buf(),
+                std::fs::read(path)
+                    .map_err(|e| anyhow!("{}: cannot read the signature: {e}", shown.display()))?,
+            ))
+        }
         None => remote_beside(&address, ".roothash.p7s")
             .and_then(|s| read_small(&s))
             .ok()

@@ -507,5 +507,11 @@ mod fallback;
 #[path = "serve/verity.rs"]
 mod verity;
 
+#[path = "serve/verity_names.rs"]
+mod verity_names;
+
+#[path = "serve/verity_costs.rs"]
+mod verity_costs;
+
 #[path = "serve/uring.rs"]
 mod uring;

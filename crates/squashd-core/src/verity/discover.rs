@@ -163,7 +163,7 @@ pub fn find_signature(
 ) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
     let file = match &options.root_hash_sig {
         Some(path) => Some(Sidecar {
-            shown: path.clone(),
+            shown: options.shown(path).to_path_buf(),
             read: path.clone(),
         }),
         None => first_existing(image, suffix, options),

@@ -5,9 +5,11 @@
 //!
 //! A data block is hashed the first time it is read and marked in a bitmap; later reads of it
 //! go straight to the underlying source, as with dm-verity's `check_at_most_once`: squashd's
-//! caches above keep what was read, and the image is immutable. Hash blocks checked up to the
-//! root are kept in the image's metadata cache tier, and the bitmap's bytes are taken from its
-//! budget: verifying costs no memory beyond that budget.
+//! caches above keep what was read, and the image is immutable. Hash blocks, once checked up to
+//! the root, are kept: the tree's upper levels (about 1/128 of it) for the image's life, the
+//! level of data-block hashes in the image's metadata cache tier; the bitmap's and the upper
+//! levels' bytes are taken from that tier's budget: verifying costs no memory beyond it (with
+//! `metadata_cache=0`, only the bitmap and the upper levels, about 1/10000 of the data).
 //!
 //! ```
 //! use std::sync::Arc;

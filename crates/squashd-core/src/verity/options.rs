@@ -16,7 +16,7 @@
 
 use super::hash::from_hex;
 use super::params::{HashAlgorithm, MAX_SALT};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// When to verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -90,6 +90,10 @@ pub struct OpenedBeside {
     /// Where the image's extended attributes are read (`/proc/self/fd/N` of the image opened
     /// for the user); `None`: none are read.
     pub image: Option<PathBuf>,
+    /// The files the options name (`verity_data=`, `roothash_sig=`), opened likewise: the path
+    /// the user gave (for messages) and the path the option now holds, which reads the file
+    /// opened.
+    pub given: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Default for VerityOptions {
@@ -184,6 +188,22 @@ impl VerityOptions {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// The name to show in messages for `path`, a file verity reads: the name a user gave or
+    /// the file was found at when the daemon opened it for them (and reads it through
+    /// `/proc/self/fd/N`, which says nothing to the user); else `path` itself.
+    pub fn shown<'a>(&'a self, path: &'a Path) -> &'a Path {
+        self.opened_beside
+            .as_ref()
+            .and_then(|opened| {
+                opened
+                    .files
+                    .iter()
+                    .chain(&opened.given)
+                    .find(|(_, read)| read == path)
+            })
+            .map_or(path, |(shown, _)| shown.as_path())
     }
 
     /// Options from a comma-separated `key=value` list holding only verity keys.

@@ -1,8 +1,9 @@
 //! [`VeritySource`]: a [`Source`] whose every byte has been checked against a dm-verity hash
 //! tree before it is handed up. Each data block is hashed the first time it is read and then
-//! marked in a bitmap; hash blocks, once checked up to the root, are kept in the image's
-//! metadata cache tier, and the bitmap's bytes are reserved from that tier's budget: a verified
-//! image needs no memory beyond the metadata budget (shared, under the daemon, by all images).
+//! marked in a bitmap; hash blocks, once checked up to the root, are kept: the upper levels for
+//! the image's life (`Pinned`), the bottom level in the image's metadata cache tier; the
+//! bitmap's and the upper levels' bytes are reserved from that tier's budget: a verified image
+//! needs no memory beyond the metadata budget (shared, under the daemon, by all images).
 //! A block that fails its hash fails the reads that need it (and only those), is logged once
 //! and counted.
 
@@ -15,7 +16,7 @@ use crate::source::Source;
 use crate::Caches;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Where a tree is and what it must hash to.
 #[derive(Debug, Clone)]
@@ -42,7 +43,8 @@ pub struct VerityStats {
     pub failures: u64,
     /// Hash blocks read from the hash source and checked.
     pub hash_block_loads: u64,
-    /// Bytes of checked hash blocks held now in the metadata cache tier.
+    /// Bytes of checked hash blocks held now: the tree's upper levels, kept for the image's
+    /// life, and blocks of the level above the data in the metadata cache tier.
     pub hash_cache_bytes: u64,
     /// Bytes of the bitmap of checked data blocks, reserved from the metadata tier's budget.
     pub bitmap_bytes: u64,
@@ -58,6 +60,8 @@ struct VerityState {
     geometry: Geometry,
     root: Vec<u8>,
     verified: Vec<AtomicU64>,
+    /// The tree's upper levels, each block checked once and then kept: see [`Pinned`].
+    pinned: Pinned,
     /// The caches whose metadata tier holds the checked hash blocks (keyed by `cache_id`) and
     /// lends the bitmap its bytes.
     caches: Arc<Caches>,
@@ -73,10 +77,66 @@ struct VerityState {
 
 const MAX_LOGGED: usize = 1024;
 
+/// The largest per-thread buffer of whole blocks kept between reads: a data block (1 MiB at
+/// most) and the partial blocks around it.
+const MAX_KEPT_BUFFER: usize = (1 << 20) + (1 << 16);
+
+thread_local! {
+    /// The whole blocks around the read being checked on this thread (see
+    /// [`VeritySource::read_exact_at`]); taken out while in use.
+    static WHOLE_BLOCKS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The hash blocks of every level above the one that holds the data blocks' hashes (and the
+/// top block when that level is the top), kept once checked. Every check of a data block
+/// goes through a path of them to the root, so keeping them makes a check read at most one
+/// hash block (its data block's, when the metadata cache does not hold it: evicted, or a
+/// budget of 0) instead of the whole path; and there are few: about 1/128 of the level below
+/// (sha256, 4 KiB blocks), about 120 KiB for a 1.8 GiB image. Their bytes are reserved from the
+/// metadata budget as they are loaded, as the bitmap's are.
+struct Pinned {
+    /// The lowest level kept.
+    from_level: usize,
+    /// The first hash block kept (the top level's: the levels lie top first, one after the
+    /// other).
+    first_block: u64,
+    blocks: Vec<OnceLock<Arc<[u8]>>>,
+    /// Bytes kept now (reserved from the metadata budget).
+    bytes: AtomicU64,
+}
+
+impl Pinned {
+    fn new(geometry: &Geometry) -> Pinned {
+        let (from_level, first_block, count) = match geometry.levels.as_slice() {
+            [] => (0, 0, 0),
+            // One level: its single block is the top.
+            [(first, _)] => (0, *first, 1),
+            [(bottom, _), .., (top, _)] => (1, *top, bottom - top),
+        };
+        Pinned {
+            from_level,
+            first_block,
+            blocks: (0..count).map(|_| OnceLock::new()).collect(),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot of hash block `absolute` of `level`, if that level is kept.
+    fn slot(&self, level: usize, absolute: u64) -> Option<&OnceLock<Arc<[u8]>>> {
+        if level < self.from_level {
+            return None;
+        }
+        let index = usize::try_from(absolute.checked_sub(self.first_block)?).ok()?;
+        self.blocks.get(index)
+    }
+}
+
 impl Drop for VerityState {
-    /// The bitmap's bytes go back to the metadata budget, and the hash blocks leave the cache.
+    /// The bitmap's and the kept blocks' bytes go back to the metadata budget, and the hash
+    /// blocks leave the cache.
     fn drop(&mut self) {
-        self.caches.metadata.release(self.bitmap_bytes());
+        let pinned = self.pinned.bytes.load(Ordering::Relaxed);
+        self.caches.metadata.release(self.bitmap_bytes() + pinned);
         self.caches.metadata.forget_image(self.cache_id);
     }
 }
@@ -164,6 +224,7 @@ impl VeritySource {
             data_start,
             hash,
             params,
+            pinned: Pinned::new(&geometry),
             geometry,
             root: tree.root_hash.clone(),
             verified,
@@ -261,7 +322,8 @@ impl VerityState {
                 .sum(),
             failures: self.failures.load(Ordering::Relaxed),
             hash_block_loads: self.hash_block_loads.load(Ordering::Relaxed),
-            hash_cache_bytes: self.caches.metadata.resident_bytes_of(self.cache_id),
+            hash_cache_bytes: self.caches.metadata.resident_bytes_of(self.cache_id)
+                + self.pinned.bytes.load(Ordering::Relaxed),
             bitmap_bytes: self.bitmap_bytes(),
         }
     }
@@ -309,40 +371,65 @@ impl VerityState {
         Ok(BlockDigest::from_slice(&parent[slot..slot + len]))
     }
 
-    /// Hash block `index` of `level` (0: the hashes of data blocks), checked up to the root,
-    /// through the metadata cache tier: concurrent misses on one block read and check it once.
+    /// Hash block `index` of `level` (0: the hashes of data blocks), checked up to the root:
+    /// kept for good when its level is ([`Pinned`]), else through the metadata cache tier,
+    /// where concurrent misses on one block read and check it once.
     fn hash_block(&self, level: usize, index: u64) -> Result<Arc<[u8]>, VerityError> {
         let (first, _) = self.geometry.levels[level];
         let absolute = first + index;
+        if let Some(slot) = self.pinned.slot(level, absolute) {
+            if let Some(bytes) = slot.get() {
+                return Ok(bytes.clone());
+            }
+            // Two first readers may both load it (both copies are checked); one is kept.
+            let bytes = self.load_hash_block(level, index, absolute)?;
+            if slot.set(bytes.clone()).is_ok() {
+                let len = bytes.len() as u64;
+                self.pinned.bytes.fetch_add(len, Ordering::Relaxed);
+                self.caches.metadata.reserve(len);
+            }
+            return Ok(bytes);
+        }
         let key = BlockKey {
             image: self.cache_id,
             pos: absolute,
         };
         let loaded = self.caches.metadata.get_or_load(key, None, || {
-            // The parent is fetched (and checked) before this block's guard is dropped: the
-            // loads nest upwards only, so no two loaders wait for each other.
-            let expected = self.expected(level + 1, index)?;
-            let size = u64::from(self.params.hash_block_size);
-            let mut bytes = vec![0u8; size as usize];
-            self.hash
-                .read_exact_at(&mut bytes, absolute * size)
-                .map_err(VerityError::Io)?;
-            self.hash_block_loads.fetch_add(1, Ordering::Relaxed);
-            if hash_block(&self.params, &bytes) != expected {
-                return Err(self.failed(VerityError::BadBlock {
-                    hash_block: true,
-                    block: absolute,
-                    position: absolute * size,
-                    root: level + 1 == self.geometry.levels.len(),
-                }));
-            }
             // A hash block has no successor: `next` is not used for it.
             Ok(MetadataBlock {
-                data: bytes.into(),
+                data: self.load_hash_block(level, index, absolute)?,
                 next: 0,
             })
         })?;
         Ok(loaded.data)
+    }
+
+    /// Reads hash block `index` of `level` (at `absolute` in the hash source) and checks it
+    /// against its parent. The parent is fetched (and checked) first, while a caller may hold
+    /// this block's cache guard: the loads nest upwards only, so no two loaders wait for each
+    /// other.
+    fn load_hash_block(
+        &self,
+        level: usize,
+        index: u64,
+        absolute: u64,
+    ) -> Result<Arc<[u8]>, VerityError> {
+        let expected = self.expected(level + 1, index)?;
+        let size = u64::from(self.params.hash_block_size);
+        let mut bytes = vec![0u8; size as usize];
+        self.hash
+            .read_exact_at(&mut bytes, absolute * size)
+            .map_err(VerityError::Io)?;
+        self.hash_block_loads.fetch_add(1, Ordering::Relaxed);
+        if hash_block(&self.params, &bytes) != expected {
+            return Err(self.failed(VerityError::BadBlock {
+                hash_block: true,
+                block: absolute,
+                position: absolute * size,
+                root: level + 1 == self.geometry.levels.len(),
+            }));
+        }
+        Ok(bytes.into())
     }
 
     /// Checks data block `block`, whose bytes are `bytes`, and marks it good.
@@ -387,22 +474,37 @@ impl Source for VeritySource {
         if (first..=last).all(|block| state.is_verified(block)) {
             return state.data.read_exact_at(buf, state.data_start + pos);
         }
-        // Whole blocks, hashed from the very bytes that are then copied up.
-        let mut whole = vec![0u8; ((last - first + 1) * size) as usize];
-        state
-            .data
-            .read_exact_at(&mut whole, state.data_start + first * size)?;
-        for (i, bytes) in whole.chunks(size as usize).enumerate() {
-            let block = first + i as u64;
-            if !state.is_verified(block) {
-                state
-                    .check_data_block(block, bytes)
-                    .map_err(VerityError::into_io)?;
-            }
+        // Whole blocks, hashed from the very bytes that are then copied up, read into this
+        // thread's buffer: allocated and zeroed once, not per read, and still in the cache
+        // when they are hashed and copied (a fresh buffer per read cost the kernel path's
+        // sequential reads about as much CPU as the hashing: 2026-11-26-verity-s6.md).
+        let whole_len = ((last - first + 1) * size) as usize;
+        let mut whole = WHOLE_BLOCKS.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        if whole.len() < whole_len {
+            whole.resize(whole_len, 0);
         }
-        let skip = (pos - first * size) as usize;
-        buf.copy_from_slice(&whole[skip..skip + buf.len()]);
-        Ok(())
+        let result = (|| {
+            let whole = &mut whole[..whole_len];
+            state
+                .data
+                .read_exact_at(whole, state.data_start + first * size)?;
+            for (i, bytes) in whole.chunks(size as usize).enumerate() {
+                let block = first + i as u64;
+                if !state.is_verified(block) {
+                    state
+                        .check_data_block(block, bytes)
+                        .map_err(VerityError::into_io)?;
+                }
+            }
+            let skip = (pos - first * size) as usize;
+            buf.copy_from_slice(&whole[skip..skip + buf.len()]);
+            Ok(())
+        })();
+        // Kept for the next read unless a rare large read grew it past what reads need.
+        if whole.len() <= MAX_KEPT_BUFFER {
+            WHOLE_BLOCKS.with(|b| *b.borrow_mut() = whole);
+        }
+        result
     }
 
     fn len(&self) -> std::io::Result<u64> {

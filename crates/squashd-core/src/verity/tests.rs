@@ -363,3 +363,53 @@ fn hash_blocks_and_the_bitmap_stay_within_the_metadata_budget() {
     drop(source);
     assert_eq!(caches.stats().metadata.resident_bytes, 0, "freed at close");
 }
+
+#[test]
+fn with_no_metadata_cache_a_check_reads_one_hash_block_not_the_path_to_the_root() {
+    // 512-byte blocks, 16 digests to a hash block: 512 data blocks make three levels of 32,
+    // 2 and 1 hash blocks.
+    let blocks = 512u64;
+    let data = pattern(blocks as usize * 512);
+    let params = TreeParams {
+        data_block_size: 512,
+        hash_block_size: 512,
+        ..TreeParams::new(blocks, b"pepper".to_vec())
+    };
+    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
+    let location = TreeLocation {
+        params,
+        hash_offset: 0,
+        superblock: true,
+        root_hash: root.as_bytes().to_vec(),
+    };
+    // metadata_cache=0: no hash block of the bottom level is kept between checks.
+    let caches = Arc::new(crate::Caches::new(&crate::CacheBudgets::new(0, 0)));
+    let source = VeritySource::new(
+        "uncached".into(),
+        Arc::new(MemorySource::new(data.clone())),
+        0,
+        Arc::new(MemorySource::new(tree)),
+        &location,
+        caches.clone(),
+    )
+    .unwrap();
+    assert_eq!(source.stats().hash_block_loads, 1, "the top block, at open");
+    // One data block under each bottom hash block, twice over.
+    let mut buf = [0u8; 512];
+    for round in 0..2 {
+        for block in (0..blocks).step_by(16) {
+            let pos = block * 512 + 512 * round;
+            source.read_exact_at(&mut buf, pos).unwrap();
+            assert!(buf[..] == data[pos as usize..][..512], "block {block}");
+        }
+    }
+    // Each check read its bottom hash block; the two blocks above them were read once.
+    let stats = source.stats();
+    assert_eq!(stats.verified_blocks, 64, "{stats:?}");
+    assert_eq!(stats.hash_block_loads, 1 + 2 + 64, "{stats:?}");
+    // What is kept: the three upper blocks, counted as the image's hash blocks.
+    assert_eq!(stats.hash_cache_bytes, 3 * 512, "{stats:?}");
+    drop(source);
+    let metadata = caches.stats().metadata;
+    assert_eq!(metadata.resident_bytes, 0, "{metadata:?}");
+}

@@ -216,6 +216,7 @@ fn open_verity_files(
     let uid = user.uid;
     let mut opened = Vec::new();
     let through = |fd: &OwnedFd| PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let mut beside = OpenedBeside::default();
     for path in [
         &mut parsed.verity.verity_data,
         &mut parsed.verity.root_hash_sig,
@@ -232,13 +233,14 @@ fn open_verity_files(
         if !is_regular(&fd) {
             bail!("{}: not a regular file", path.display());
         }
+        // Messages name the file as the user gave it (`VerityOptions::shown`).
+        beside.given.push((path.clone(), through(&fd)));
         *path = through(&fd);
         opened.push(fd);
     }
     if parsed.verity.mode == VerityMode::Off {
         return Ok(opened);
     }
-    let mut beside = OpenedBeside::default();
     if let Some(image) = image {
         let fd = OwnedFd::from(
             image

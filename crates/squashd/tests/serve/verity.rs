@@ -6,7 +6,7 @@
 
 use super::*;
 
-const USER: u32 = 65534;
+pub(crate) const USER: u32 = 65534;
 
 /// Random (incompressible) bytes: stored as they are, so a flipped byte reads back wrong
 /// unless something checks it.
@@ -16,7 +16,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// `veritysetup format IMAGE TREE`: the root hash it printed.
-fn veritysetup_format(image: &Path, tree: &Path) -> String {
+pub(crate) fn veritysetup_format(image: &Path, tree: &Path) -> String {
     let out = Command::new("veritysetup")
         .arg("format")
         .args([image, tree])
@@ -33,7 +33,7 @@ fn veritysetup_format(image: &Path, tree: &Path) -> String {
 /// An image in `dir` of `a.bin` and `b.bin` (256 KiB of noise each, uncompressed, no
 /// fragments: a.bin's data from byte 96 on); its tree made into `dir/i.sqfs.verity` and its
 /// root hash into `dir/i.sqfs.roothash` when `beside`. Returns (image, tree, root, a, b).
-fn verity_image(
+pub(crate) fn verity_image(
     dir: &Path,
     seed: u64,
     beside: bool,
@@ -57,7 +57,7 @@ fn verity_image(
     (image, tree, root, a, b)
 }
 
-fn have_veritysetup() -> bool {
+pub(crate) fn have_veritysetup() -> bool {
     if testkit::have_tool("veritysetup") {
         return true;
     }
@@ -150,7 +150,13 @@ fn a_verity_failure_gives_eio_shows_in_status_and_the_rest_keeps_serving() {
 }
 
 /// `squashd attach IMAGE MNT -o OPTIONS` as `uid`: whether it succeeded, and its stderr.
-fn attach_as(uid: u32, sock: &Path, img: &Path, mnt: &Path, options: &str) -> (bool, String) {
+pub(crate) fn attach_as(
+    uid: u32,
+    sock: &Path,
+    img: &Path,
+    mnt: &Path,
+    options: &str,
+) -> (bool, String) {
     let args = [
         "attach",
         img.to_str().unwrap(),

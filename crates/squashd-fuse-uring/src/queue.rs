@@ -1,5 +1,7 @@
-//! One ring queue: a thread pinned to its CPU with its own io_uring, `queue_depth` entries
-//! registered with the kernel, answering each request and fetching the next in one command.
+//! One queue thread: its own io_uring and entries registered with the kernel, answering each
+//! request and fetching the next in one command. Either a thread pinned to its CPU with
+//! `queue_depth` entries of that CPU's queue, or the idle start's one unpinned thread with one
+//! entry of every CPU's queue ([`QueueLayout`]).
 //!
 //! The life of an entry: REGISTER (the kernel keeps the command until a request of this CPU
 //! comes) -> completion with result 0: the request is in the entry's buffers -> the handler
@@ -22,8 +24,9 @@ use crate::abi::{
     OUT_HEADER_SIZE, RING_ENT_IN_OUT_OFFSET, RING_IN_OUT_SIZE, RING_OP_IN_SIZE,
 };
 use crate::buffers::{EntryBuffers, RawBuffer};
+use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
-use crate::transport::Shared;
+use crate::transport::{QueueContext, Shared};
 use crate::{Handler, Request, UringConfig, UringError};
 
 /// user_data of the read of the queue's eventfd (entries use their index).
@@ -42,57 +45,142 @@ pub(crate) struct QueueEnd {
     pub(crate) error: Option<String>,
 }
 
-/// Everything a queue thread needs.
-pub(crate) struct QueueStart<H> {
-    pub(crate) qid: u16,
-    pub(crate) dev_fuse: Arc<OwnedFd>,
-    pub(crate) wake: Arc<OwnedFd>,
-    pub(crate) config: UringConfig,
-    pub(crate) handler: Arc<H>,
-    pub(crate) shared: Arc<Shared>,
-    /// Told once the ring and buffers exist, and again once the entries are registered.
-    pub(crate) ready: Sender<Result<(), UringError>>,
-    /// The go-ahead to register (sent after the INIT reply); closed to give up.
-    pub(crate) go: Receiver<()>,
+/// Which entries a queue thread holds, and where it runs.
+pub(crate) struct QueueLayout {
+    /// The kernel queue (CPU) of each of the thread's entries.
+    entry_qids: Vec<u16>,
+    /// The CPU the thread is pinned to, if any.
+    cpu: Option<u16>,
+    /// After how many answered requests the thread starts the per-CPU queues (idle start).
+    per_cpu_after: Option<u64>,
 }
 
-/// The queue thread's body.
+impl QueueLayout {
+    /// One thread per CPU, pinned to it, with `config.queue_depth` entries of its CPU's queue.
+    pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
+        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
+        (0..config.cpus)
+            .map(|cpu| {
+                let qid = qid(cpu)?;
+                Ok(QueueLayout {
+                    entry_qids: vec![qid; depth],
+                    cpu: Some(qid),
+                    per_cpu_after: None,
+                })
+            })
+            .collect()
+    }
+
+    /// The idle start's one thread: one entry of every CPU's queue, unpinned (requests of
+    /// every CPU come to it), starting the per-CPU threads after `per_cpu_after` answers.
+    pub(crate) fn all_cpus(cpus: usize, per_cpu_after: u64) -> Result<QueueLayout, UringError> {
+        Ok(QueueLayout {
+            entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
+            cpu: None,
+            per_cpu_after: Some(per_cpu_after),
+        })
+    }
+
+    /// `fuse-uring-N` for CPU N's thread, `fuse-uring` for the idle start's.
+    pub(crate) fn thread_name(&self) -> String {
+        match self.cpu {
+            Some(cpu) => format!("fuse-uring-{cpu}"),
+            None => "fuse-uring".to_string(),
+        }
+    }
+
+    /// How errors name this thread's queue.
+    fn label(&self) -> String {
+        match self.cpu {
+            Some(cpu) => format!("queue {cpu}"),
+            None => "the idle queue thread".to_string(),
+        }
+    }
+}
+
+fn qid(cpu: usize) -> Result<u16, UringError> {
+    u16::try_from(cpu).map_err(|_| UringError::Config(format!("CPU {cpu}: too many queues")))
+}
+
+/// Everything a queue thread needs.
+pub(crate) struct QueueStart<H> {
+    pub(crate) layout: QueueLayout,
+    pub(crate) context: QueueContext<H>,
+    pub(crate) wake: Arc<OwnedFd>,
+    /// Told once the ring and buffers exist, and again once the entries are registered; and
+    /// the go-ahead to register (sent after the INIT reply; closed to give up). `None`: the
+    /// connection is initialized already, register at once.
+    pub(crate) handshake: Option<(Sender<Result<(), UringError>>, Receiver<()>)>,
+}
+
+/// The body of a queue thread.
 pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
     let QueueStart {
-        qid,
-        dev_fuse,
+        layout,
+        context,
         wake,
-        config,
-        handler,
-        shared,
-        ready,
-        go,
+        handshake,
     } = start;
     // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
     // keeps the request's data in its caches. A CPU that is offline or outside this process's
     // affinity leaves the thread unpinned: its queue still works, only without that locality.
-    pin_to_cpu(usize::from(qid));
-    let mut queue = match Queue::new(qid, &dev_fuse, &wake, &config) {
+    if let Some(cpu) = layout.cpu {
+        pin_to_cpu(usize::from(cpu));
+    }
+    let (shared, handler) = (Arc::clone(&context.shared), Arc::clone(&context.handler));
+    let mut queue = match Queue::new(&layout, &context.dev_fuse, &wake, &context.config) {
         Ok(queue) => queue,
         Err(error) => {
-            let _ = ready.send(Err(error));
-            return QueueEnd::default();
+            let message = error.to_string();
+            if let Some((ready, _)) = handshake {
+                let _ = ready.send(Err(error));
+                return QueueEnd::default();
+            }
+            return QueueEnd {
+                leaked_bytes: 0,
+                error: Some(message),
+            };
         }
     };
-    let _ = ready.send(Ok(()));
-    if go.recv().is_err() {
-        // The transport was dropped before INIT: nothing reached the kernel.
-        return queue.close(None);
-    }
+    shared.memory.fetch_add(queue.memory(), Ordering::Relaxed);
+    let ready = match handshake {
+        Some((ready, go)) => {
+            let _ = ready.send(Ok(()));
+            if go.recv().is_err() {
+                // The transport was dropped before INIT: nothing reached the kernel.
+                return queue.close(None);
+            }
+            Some(ready)
+        }
+        None => None,
+    };
     if let Err(error) = queue.register() {
         // Entries registered before the failure stay with the kernel: close keeps their memory.
+        let message = error.to_string();
         let end = queue.close(None);
-        let _ = ready.send(Err(error));
-        return end;
+        return match ready {
+            Some(ready) => {
+                let _ = ready.send(Err(error));
+                end
+            }
+            None => QueueEnd {
+                error: Some(message),
+                ..end
+            },
+        };
     }
-    let _ = ready.send(Ok(()));
-    drop(ready);
-    queue.serve(&*handler, &shared)
+    shared
+        .entries
+        .fetch_add(queue.entries.len(), Ordering::Relaxed);
+    if let Some(ready) = ready {
+        let _ = ready.send(Ok(()));
+    }
+    let busy = layout.per_cpu_after.map(|after| {
+        (after, move || {
+            crate::transport::start_per_cpu_queues(&context).map_err(|e| e.to_string())
+        })
+    });
+    queue.serve(&*handler, &shared, busy)
 }
 
 fn pin_to_cpu(cpu: usize) {
@@ -103,7 +191,13 @@ fn pin_to_cpu(cpu: usize) {
 }
 
 struct Queue {
-    qid: u16,
+    /// How errors name this queue thread.
+    label: String,
+    /// The kernel queue (CPU) of each entry.
+    entry_qids: Vec<u16>,
+    /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
+    /// commands carry its number, not a reference).
+    _dev_fuse_owner: Arc<OwnedFd>,
     dev_fuse: RawFd,
     wake_fd: RawFd,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
@@ -120,14 +214,15 @@ struct Queue {
 
 impl Queue {
     fn new(
-        qid: u16,
-        dev_fuse: &OwnedFd,
+        layout: &QueueLayout,
+        dev_fuse: &Arc<OwnedFd>,
         wake: &OwnedFd,
         config: &UringConfig,
     ) -> Result<Queue, UringError> {
-        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
-        let sq_entries = u32::try_from(depth.saturating_add(1).next_power_of_two())
-            .map_err(|_| UringError::Config(format!("queue depth {depth} is too large")))?;
+        let label = layout.label();
+        let depth = layout.entry_qids.len();
+        let sq_entries = u32::try_from(sq_entries(depth))
+            .map_err(|_| UringError::Config(format!("{label}: {depth} entries are too many")))?;
         // Single issuer and deferred task work: only this thread submits, and the kernel copies
         // requests into this queue's buffers only when the thread waits for completions, never
         // while it is reading or writing them.
@@ -136,14 +231,14 @@ impl Queue {
             .setup_defer_taskrun()
             .build(sq_entries)
             .map_err(|source| UringError::Io {
-                what: format!("create the io_uring of queue {qid}"),
+                what: format!("create the io_uring of {label}"),
                 source,
             })?;
         let mut entries = Vec::with_capacity(depth);
         for _ in 0..depth {
             entries.push(EntryBuffers::new(config.payload_size).ok_or_else(|| {
                 UringError::Config(format!(
-                    "queue {qid}: cannot allocate a {}-byte ring buffer",
+                    "{label}: cannot allocate a {}-byte ring buffer",
                     config.payload_size
                 ))
             })?);
@@ -151,7 +246,9 @@ impl Queue {
         let wake_buffer = RawBuffer::new(8, 8)
             .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
         Ok(Queue {
-            qid,
+            label,
+            entry_qids: layout.entry_qids.clone(),
+            _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
             ring,
@@ -163,8 +260,19 @@ impl Queue {
         })
     }
 
+    /// Bytes of this queue's ring and entry buffers, as [`crate::ring_memory`] counts them.
+    fn memory(&self) -> usize {
+        let payload = self.entries.first().map_or(0, |e| e.payload.len());
+        queue_memory(self.entries.len(), payload)
+    }
+
+    /// The kernel queue of entry `index`.
+    fn qid(&self, index: usize) -> u16 {
+        self.entry_qids.get(index).copied().unwrap_or(0)
+    }
+
     fn push(&mut self, entry: &squeue::Entry128) -> Result<(), UringError> {
-        push_sqe(&mut self.ring, self.qid, entry)
+        push_sqe(&mut self.ring, &self.label, entry)
     }
 
     fn arm_wake(&mut self) -> Result<(), UringError> {
@@ -184,8 +292,8 @@ impl Queue {
     ) -> Result<(), UringError> {
         let Some(entry) = self.entries.get(index) else {
             return Err(UringError::Config(format!(
-                "queue {}: no entry {index}",
-                self.qid
+                "{}: no entry {index}",
+                self.label
             )));
         };
         let sqe = crate::sqe::fuse_uring_cmd(
@@ -193,7 +301,7 @@ impl Queue {
             cmd_op,
             entry.iovecs(),
             commit_id,
-            self.qid,
+            self.qid(index),
             index as u64,
         );
         self.push(&sqe)?;
@@ -211,40 +319,51 @@ impl Queue {
             self.push_entry_cmd(index, CMD_REGISTER, 0)?;
         }
         self.ring.submit().map_err(|source| UringError::Io {
-            what: format!("register the entries of queue {}", self.qid),
+            what: format!("register the entries of {}", self.label),
             source,
         })?;
         let mut refused = None;
-        for cqe in self.ring.completion() {
-            if cqe.user_data() != WAKE && cqe.result() < 0 {
-                if let Some(flag) = usize::try_from(cqe.user_data())
-                    .ok()
-                    .and_then(|index| self.in_kernel.get_mut(index))
-                {
+        let completions: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (user_data, result) in completions {
+            if user_data != WAKE && result < 0 {
+                let index = usize::try_from(user_data).unwrap_or(usize::MAX);
+                if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
                 }
-                refused.get_or_insert(-cqe.result());
+                refused.get_or_insert((self.qid(index), -result));
             }
         }
         match refused {
             None => Ok(()),
-            Some(errno) => Err(UringError::Register {
-                queue: self.qid,
+            Some((queue, errno)) => Err(UringError::Register {
+                queue,
                 source: std::io::Error::from_raw_os_error(errno),
             }),
         }
     }
 
     /// Serves requests until the kernel has let go of every entry, or the transport stops.
-    fn serve<H: Handler>(mut self, handler: &H, shared: &Shared) -> QueueEnd {
+    /// `busy`: after how many answers to call what starts the per-CPU queues (idle start).
+    fn serve<H: Handler>(
+        mut self,
+        handler: &H,
+        shared: &Shared,
+        busy: Option<(u64, impl FnOnce() -> Result<(), String>)>,
+    ) -> QueueEnd {
         let mut completions: Vec<(u64, i32)> = Vec::with_capacity(self.entries.len() + 1);
         let mut error = None;
+        let mut answered = 0u64;
+        let mut busy = busy;
         while self.in_kernel.iter().any(|&held| held) {
             if let Err(source) = self.ring.submit_and_wait(1) {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
                     _ => {
-                        error = Some(format!("queue {}: io_uring_enter: {source}", self.qid));
+                        error = Some(format!("{}: io_uring_enter: {source}", self.label));
                         break;
                     }
                 }
@@ -270,8 +389,8 @@ impl Queue {
                         libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED
                     ) {
                         error.get_or_insert(format!(
-                            "queue {}: the kernel ended entry {index}: {}",
-                            self.qid,
+                            "{}: the kernel ended entry {index}: {}",
+                            self.label,
                             std::io::Error::from_raw_os_error(-result)
                         ));
                     }
@@ -282,6 +401,16 @@ impl Queue {
                 }
                 if let Err(e) = self.answer(index, handler, shared) {
                     error.get_or_insert(e.to_string());
+                }
+                answered += 1;
+            }
+            // Busy: start the per-CPU queues (once), after this batch's answers were queued
+            // (they are submitted by the next wait, so starting threads delays no caller).
+            if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
+                if let Some((_, start)) = busy.take() {
+                    if let Err(e) = start() {
+                        error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
+                    }
                 }
             }
             if shared.stop.load(Ordering::Acquire) {
@@ -336,7 +465,8 @@ impl Queue {
             write_out_header(header_out, commit_id, libc::EIO, 0);
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
-        let (qid, dev_fuse, unique) = (self.qid, self.dev_fuse, in_header.unique);
+        let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
+        let label = &self.label;
         let ring = &mut self.ring;
         let mut early: Option<Result<(), UringError>> = None;
         let (errno, len, committed) = {
@@ -351,11 +481,11 @@ impl Queue {
                     qid,
                     index as u64,
                 );
-                let sent = push_sqe(ring, qid, &sqe).and_then(|()| {
+                let sent = push_sqe(ring, label, &sqe).and_then(|()| {
                     // Submitting runs the commit: the request ends (its caller wakes) in this
                     // call; the wait for the next request comes after the handler returns.
                     ring.submit().map(|_| ()).map_err(|source| UringError::Io {
-                        what: format!("commit an answer on queue {qid}"),
+                        what: format!("commit an answer on {label}"),
                         source,
                     })
                 });
@@ -396,7 +526,7 @@ impl Queue {
             }
         };
         // Counted once answered, as the stats say.
-        shared.count_request(usize::from(self.qid));
+        shared.count_request(usize::from(qid));
         result
     }
 
@@ -411,9 +541,12 @@ impl Queue {
             in_kernel,
             wake_buffer,
             wake_armed,
+            _dev_fuse_owner: dev_fuse,
             ..
         } = self;
         drop(ring);
+        // Only after the ring: its commands name the descriptor.
+        drop(dev_fuse);
         let mut leaked_bytes = 0;
         for (entry, held) in entries.into_iter().zip(in_kernel) {
             if held {
@@ -431,10 +564,10 @@ impl Queue {
     }
 }
 
-/// Queues `entry` on `ring` (of queue `qid`).
+/// Queues `entry` on `ring` (of the queue thread `label`).
 fn push_sqe(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
-    qid: u16,
+    label: &str,
     entry: &squeue::Entry128,
 ) -> Result<(), UringError> {
     // The ring has room for every entry plus the wake-up read, and each of them has at most
@@ -447,12 +580,12 @@ fn push_sqe(
             return Ok(());
         }
         ring.submit().map_err(|source| UringError::Io {
-            what: format!("submit to the io_uring of queue {qid}"),
+            what: format!("submit to the io_uring of {label}"),
             source,
         })?;
     }
     Err(UringError::Config(format!(
-        "queue {qid}: submission queue full"
+        "{label}: submission queue full"
     )))
 }
 

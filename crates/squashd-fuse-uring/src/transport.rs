@@ -261,8 +261,7 @@ impl Transport {
     /// Whether every queue thread has ended (after an unmount or abort, the kernel ends every
     /// entry with ENOTCONN and the threads return by themselves).
     pub fn is_finished(&self) -> bool {
-        let finished =
-            |queue: &QueueThread| queue.thread.as_ref().is_none_or(|t| t.is_finished());
+        let finished = |queue: &QueueThread| queue.thread.as_ref().is_none_or(|t| t.is_finished());
         self.queues.iter().all(finished) && self.shared.lock_grown().queues.iter().all(finished)
     }
 

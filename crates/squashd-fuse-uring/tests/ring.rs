@@ -459,10 +459,17 @@ fn an_idle_start_holds_one_entry_per_cpu_and_grows_per_cpu_queues_once_busy() {
     let idle_memory = transport.memory();
     let stats = transport.stats();
     // Idle: one thread, one entry of every CPU's queue, and only that queue's memory.
-    assert_eq!((stats.entries, stats.queue_threads), (cpus(), 1), "{stats:?}");
+    assert_eq!(
+        (stats.entries, stats.queue_threads),
+        (cpus(), 1),
+        "{stats:?}"
+    );
     assert_eq!(threads_named("fuse-uring"), idle_threads_before + 1);
     assert!(idle_memory >= cpus() * config.payload_size, "{idle_memory}");
-    assert!(idle_memory < ring_memory(&TestMount::config(2)), "{idle_memory}");
+    assert!(
+        idle_memory < ring_memory(&TestMount::config(2)),
+        "{idle_memory}"
+    );
     // A few requests from every CPU are answered by that one thread (every queue's entry).
     for cpu in 0..cpus() {
         let path = mount.path().join("small");
@@ -471,7 +478,11 @@ fn an_idle_start_holds_one_entry_per_cpu_and_grows_per_cpu_queues_once_busy() {
     }
     let stats = transport.stats();
     assert!(stats.requests() < 40, "{stats:?}");
-    assert_eq!((stats.entries, stats.queue_threads), (cpus(), 1), "{stats:?}");
+    assert_eq!(
+        (stats.entries, stats.queue_threads),
+        (cpus(), 1),
+        "{stats:?}"
+    );
 
     // Busy: past 40 answers, the per-CPU threads start with `queue_depth` entries each.
     let readers: Vec<_> = (0..cpus())

@@ -509,3 +509,6 @@ mod verity;
 
 #[path = "serve/uring.rs"]
 mod uring;
+
+#[path = "serve/uring_idle.rs"]
+mod uring_idle;

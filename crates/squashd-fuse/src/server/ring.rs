@@ -7,8 +7,7 @@
 
 use super::dispatch::{Dispatcher, FuseFilesystem, MAX_WRITE};
 use squashd_fuse_uring::{
-    init_offers_uring, Handler, KernelSupport, ReplyWriter, Transport, UringConfig,
-    IN_HEADER_SIZE,
+    init_offers_uring, Handler, KernelSupport, ReplyWriter, Transport, UringConfig, IN_HEADER_SIZE,
 };
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,9 +20,10 @@ pub enum UringMode {
     Auto,
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,
-    /// Never: /dev/fuse only. The default: the ring measured slower for 16 parallel cold
-    /// walks on a quiet machine (bench/results/2026-11-26-fuse-uring.md, "Default"), before
-    /// the listing turns were made to outlast the commit; that A/B is still to repeat.
+    /// Never: /dev/fuse only. The default: the ring wins walks (0.84x of /dev/fuse's time for
+    /// 16 parallel cold finds, quiet machine) and stat storms, but a daemon with 69 images is
+    /// ready later over it (about 90 ms instead of 70 ms, even with the idle start:
+    /// bench/results/2026-11-26-uring-s6.md), which issue 27 does not allow for `auto`.
     #[default]
     Off,
 }
@@ -196,6 +196,8 @@ impl RingState {
         send: impl FnOnce(&[IoSlice<'_>]),
     ) {
         let offered = init_flags(request).is_some_and(|(f, f2)| init_offers_uring(f, f2));
+        // How long the ring's two steps hold up INIT's thread (and so the mount's readiness).
+        let started = std::time::Instant::now();
         let prepared = if offered {
             let handler = Arc::new(RingHandler {
                 dispatcher: dispatcher.clone(),
@@ -219,12 +221,19 @@ impl RingState {
             None => dispatcher.dispatch(request),
         };
         let Some(answer) = answer else { return };
+        let prepare_time = started.elapsed();
         send(&answer.io_slices());
         let accepted = answer.errno() == 0;
         answer.replied();
         if let (Some(prepared), true) = (prepared, accepted) {
+            let registering = std::time::Instant::now();
             match prepared.register() {
                 Ok(transport) => {
+                    tracing::debug!(
+                        "FUSE over io_uring: prepared in {} us, registered in {} us",
+                        prepare_time.as_micros(),
+                        registering.elapsed().as_micros()
+                    );
                     *self.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport)
                 }
                 Err(e) => tracing::warn!("{e}; the kernel serves over /dev/fuse instead"),

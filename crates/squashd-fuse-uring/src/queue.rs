@@ -105,11 +105,14 @@ fn qid(cpu: usize) -> Result<u16, UringError> {
 /// Everything a queue thread needs.
 pub(crate) struct QueueStart<H> {
     pub(crate) layout: QueueLayout,
+    /// Its ring and buffers, made by the thread that starts it ([`Queue::new`]).
+    pub(crate) queue: Queue,
     pub(crate) context: QueueContext<H>,
+    /// Keeps the eventfd the queue reads (by number) open for the thread's life.
     pub(crate) wake: Arc<OwnedFd>,
-    /// Told once the ring and buffers exist, and again once the entries are registered; and
-    /// the go-ahead to register (sent after the INIT reply; closed to give up). `None`: the
-    /// connection is initialized already, register at once.
+    /// Told once the entries are registered (or why not), and the go-ahead to register (sent
+    /// after the INIT reply; closed to give up). `None`: the connection is initialized
+    /// already, register at once.
     pub(crate) handshake: Option<(Sender<Result<(), UringError>>, Receiver<()>)>,
 }
 
@@ -117,8 +120,9 @@ pub(crate) struct QueueStart<H> {
 pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
     let QueueStart {
         layout,
+        mut queue,
         context,
-        wake,
+        wake: _wake,
         handshake,
     } = start;
     // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
@@ -128,24 +132,8 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
         pin_to_cpu(usize::from(cpu));
     }
     let (shared, handler) = (Arc::clone(&context.shared), Arc::clone(&context.handler));
-    let mut queue = match Queue::new(&layout, &context.dev_fuse, &wake, &context.config) {
-        Ok(queue) => queue,
-        Err(error) => {
-            let message = error.to_string();
-            if let Some((ready, _)) = handshake {
-                let _ = ready.send(Err(error));
-                return QueueEnd::default();
-            }
-            return QueueEnd {
-                leaked_bytes: 0,
-                error: Some(message),
-            };
-        }
-    };
-    shared.memory.fetch_add(queue.memory(), Ordering::Relaxed);
     let ready = match handshake {
         Some((ready, go)) => {
-            let _ = ready.send(Ok(()));
             if go.recv().is_err() {
                 // The transport was dropped before INIT: nothing reached the kernel.
                 return queue.close(None);
@@ -154,7 +142,9 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
         }
         None => None,
     };
-    if let Err(error) = queue.register() {
+    // This thread becomes the ring's one submitter (it was made disabled elsewhere).
+    let registered = queue.enable().and_then(|()| queue.register());
+    if let Err(error) = registered {
         // Entries registered before the failure stay with the kernel: close keeps their memory.
         let message = error.to_string();
         let end = queue.close(None);
@@ -190,7 +180,8 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-struct Queue {
+/// A queue thread's io_uring and entries.
+pub(crate) struct Queue {
     /// How errors name this queue thread.
     label: String,
     /// The kernel queue (CPU) of each entry.
@@ -213,7 +204,11 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(
+    /// The ring (disabled: the queue thread enables it, becoming its single issuer, see
+    /// [`Queue::enable`]) and the entries' buffers of `layout`. Made by the thread that starts
+    /// the queue thread, so that a failure here is known before the INIT reply without waiting
+    /// for the new thread to run.
+    pub(crate) fn new(
         layout: &QueueLayout,
         dev_fuse: &Arc<OwnedFd>,
         wake: &OwnedFd,
@@ -229,6 +224,7 @@ impl Queue {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_r_disabled()
             .build(sq_entries)
             .map_err(|source| UringError::Io {
                 what: format!("create the io_uring of {label}"),
@@ -260,8 +256,20 @@ impl Queue {
         })
     }
 
+    /// Enables the ring, made disabled by [`Queue::new`] on another thread: the calling thread
+    /// becomes its single issuer, the only one that may submit to it from now on.
+    fn enable(&self) -> Result<(), UringError> {
+        self.ring
+            .submitter()
+            .register_enable_rings()
+            .map_err(|source| UringError::Io {
+                what: format!("enable the io_uring of {}", self.label),
+                source,
+            })
+    }
+
     /// Bytes of this queue's ring and entry buffers, as [`crate::ring_memory`] counts them.
-    fn memory(&self) -> usize {
+    pub(crate) fn memory(&self) -> usize {
         let payload = self.entries.first().map_or(0, |e| e.payload.len());
         queue_memory(self.entries.len(), payload)
     }

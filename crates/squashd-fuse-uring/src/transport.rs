@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::abi::FUSE_MIN_READ_BUFFER;
 use crate::config::possible_cpus;
-use crate::queue::{self, QueueEnd, QueueLayout, QueueStart};
+use crate::queue::{self, Queue, QueueEnd, QueueLayout, QueueStart};
 use crate::{Handler, UringConfig, UringError};
 
 /// How long `prepare` and `register` wait for each queue.
@@ -103,7 +103,14 @@ pub struct Transport {
 /// memory for the buffers) would leave the mount hanging. [`Transport::prepare`] does
 /// everything that can fail on squashd's side, so that the INIT reply accepts the ring only
 /// when it succeeded; what [`PreparedTransport::register`] can still meet is the kernel's
-/// refusal, after which the kernel serves the connection over /dev/fuse.
+/// refusal, after which the kernel serves the connection over /dev/fuse (or, in theory, a
+/// refusal to enable a ring, which the kernel gives only for a ring not made disabled).
+///
+/// `prepare` makes every ring (disabled) and buffer on the calling thread and starts the queue
+/// threads without waiting for them to run: each enables its ring, becoming its one
+/// submitter, once told to register. So the INIT reply waits for no other thread; measured
+/// under a daemon attaching 69 images on 2 busy CPUs, each hand-off to a new thread and back
+/// cost 0.3-1 ms (bench/results/2026-11-26-uring-s6.md).
 pub struct PreparedTransport {
     /// The go-ahead of each queue thread; dropped (before `transport`) to give up.
     go: Vec<mpsc::Sender<()>>,
@@ -153,7 +160,8 @@ fn wait_ready(
 }
 
 impl Transport {
-    /// Before the INIT reply: starts the queue threads, each with its io_uring and entries of
+    /// Before the INIT reply: makes the rings and starts the queue threads, each with its
+    /// io_uring and entries of
     /// `config.payload_size` bytes, and with `handler` to answer requests: one thread per CPU
     /// pinned to it with `config.queue_depth` entries of its CPU's queue or, for an idle start
     /// ([`UringConfig::per_cpu_after`]), one unpinned thread with one entry of every CPU's
@@ -201,7 +209,6 @@ impl Transport {
                 config: *config,
             },
         };
-        let threads = layouts.len();
         for layout in layouts {
             let (go_tx, go_rx) = mpsc::channel();
             let context = QueueContext {
@@ -215,7 +222,6 @@ impl Transport {
             prepared.transport.queues.push(thread);
         }
         drop(ready_tx);
-        wait_ready(&prepared.ready, threads, "create their rings")?;
         Ok(prepared)
     }
 
@@ -345,18 +351,25 @@ impl Shared {
     }
 }
 
-/// Starts a queue thread with `layout`. `handshake`: the channel to say that its ring exists
-/// and the go-ahead to register (before and after the INIT reply); without it, the thread
-/// registers at once (the connection is initialized already).
+/// Makes the ring and buffers of `layout` on this thread, then starts the queue thread that
+/// enables the ring and serves it. `handshake`: the channel to report the registration and
+/// the go-ahead to register (after the INIT reply); without it, the thread registers at once
+/// (the connection is initialized already).
 fn spawn_queue<H: Handler>(
     layout: QueueLayout,
     context: &QueueContext<H>,
     handshake: Option<(mpsc::Sender<Result<(), UringError>>, mpsc::Receiver<()>)>,
 ) -> Result<QueueThread, UringError> {
     let wake = Arc::new(eventfd()?);
+    let queue = Queue::new(&layout, &context.dev_fuse, &wake, &context.config)?;
+    context
+        .shared
+        .memory
+        .fetch_add(queue.memory(), Ordering::Relaxed);
     let name = layout.thread_name();
     let start = QueueStart {
         layout,
+        queue,
         context: context.clone(),
         wake: Arc::clone(&wake),
         handshake,

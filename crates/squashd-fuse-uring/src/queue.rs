@@ -102,6 +102,10 @@ fn qid(cpu: usize) -> Result<u16, UringError> {
     u16::try_from(cpu).map_err(|_| UringError::Config(format!("CPU {cpu}: too many queues")))
 }
 
+/// A queue thread's link to the INIT reply: where it reports its registration, and the
+/// go-ahead to register (closed to give up).
+pub(crate) type Handshake = (Sender<Result<(), UringError>>, Receiver<()>);
+
 /// Everything a queue thread needs.
 pub(crate) struct QueueStart<H> {
     pub(crate) layout: QueueLayout,
@@ -113,7 +117,7 @@ pub(crate) struct QueueStart<H> {
     /// Told once the entries are registered (or why not), and the go-ahead to register (sent
     /// after the INIT reply; closed to give up). `None`: the connection is initialized
     /// already, register at once.
-    pub(crate) handshake: Option<(Sender<Result<(), UringError>>, Receiver<()>)>,
+    pub(crate) handshake: Option<Handshake>,
 }
 
 /// The body of a queue thread.

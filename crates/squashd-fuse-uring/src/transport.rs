@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::abi::FUSE_MIN_READ_BUFFER;
 use crate::config::possible_cpus;
-use crate::queue::{self, Queue, QueueEnd, QueueLayout, QueueStart};
+use crate::queue::{self, Handshake, Queue, QueueEnd, QueueLayout, QueueStart};
 use crate::{Handler, UringConfig, UringError};
 
 /// How long `prepare` and `register` wait for each queue.
@@ -358,7 +358,7 @@ impl Shared {
 fn spawn_queue<H: Handler>(
     layout: QueueLayout,
     context: &QueueContext<H>,
-    handshake: Option<(mpsc::Sender<Result<(), UringError>>, mpsc::Receiver<()>)>,
+    handshake: Option<Handshake>,
 ) -> Result<QueueThread, UringError> {
     let wake = Arc::new(eventfd()?);
     let queue = Queue::new(&layout, &context.dev_fuse, &wake, &context.config)?;

@@ -99,6 +99,7 @@ mod queue;
 mod reply;
 mod request;
 mod sqe;
+mod thread;
 mod transport;
 
 pub use abi::{

@@ -1,7 +1,7 @@
-//! One queue thread: its own io_uring and entries registered with the kernel, answering each
-//! request and fetching the next in one command. Either a thread pinned to its CPU with
-//! `queue_depth` entries of that CPU's queue, or the idle start's one unpinned thread with one
-//! entry of every CPU's queue ([`QueueLayout`]).
+//! One queue thread's io_uring and entries registered with the kernel, answering each request
+//! and fetching the next in one command (the thread around it: `thread.rs`). Either
+//! `queue_depth` entries of one CPU's queue, or the idle start's one entry of every CPU's
+//! queue ([`QueueLayout`]).
 //!
 //! The life of an entry: REGISTER (the kernel keeps the command until a request of this CPU
 //! comes) -> completion with result 0: the request is in the entry's buffers -> the handler
@@ -14,7 +14,6 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -26,7 +25,8 @@ use crate::abi::{
 use crate::buffers::{EntryBuffers, RawBuffer};
 use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
-use crate::transport::{QueueContext, Shared};
+use crate::thread::{QueueEnd, QueueLayout};
+use crate::transport::Shared;
 use crate::{Handler, Request, UringConfig, UringError};
 
 /// user_data of the read of the queue's eventfd (entries use their index).
@@ -34,155 +34,6 @@ const WAKE: u64 = u64::MAX;
 /// Offsets in `fuse_uring_ent_in_out`.
 const COMMIT_ID_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 8;
 const PAYLOAD_SZ_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 16;
-
-/// How a queue thread ended.
-#[derive(Debug, Default)]
-pub(crate) struct QueueEnd {
-    /// Bytes of entry buffers left allocated because the kernel might still hold them (the
-    /// transport was shut down while the file system was still mounted).
-    pub(crate) leaked_bytes: usize,
-    /// An error other than the kernel's end of connection, if any.
-    pub(crate) error: Option<String>,
-}
-
-/// Which entries a queue thread holds, and where it runs.
-pub(crate) struct QueueLayout {
-    /// The kernel queue (CPU) of each of the thread's entries.
-    entry_qids: Vec<u16>,
-    /// The CPU the thread is pinned to, if any.
-    cpu: Option<u16>,
-    /// After how many answered requests the thread starts the per-CPU queues (idle start).
-    per_cpu_after: Option<u64>,
-}
-
-impl QueueLayout {
-    /// One thread per CPU, pinned to it, with `config.queue_depth` entries of its CPU's queue.
-    pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
-        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
-        (0..config.cpus)
-            .map(|cpu| {
-                let qid = qid(cpu)?;
-                Ok(QueueLayout {
-                    entry_qids: vec![qid; depth],
-                    cpu: Some(qid),
-                    per_cpu_after: None,
-                })
-            })
-            .collect()
-    }
-
-    /// The idle start's one thread: one entry of every CPU's queue, unpinned (requests of
-    /// every CPU come to it), starting the per-CPU threads after `per_cpu_after` answers.
-    pub(crate) fn all_cpus(cpus: usize, per_cpu_after: u64) -> Result<QueueLayout, UringError> {
-        Ok(QueueLayout {
-            entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
-            cpu: None,
-            per_cpu_after: Some(per_cpu_after),
-        })
-    }
-
-    /// `fuse-uring-N` for CPU N's thread, `fuse-uring` for the idle start's.
-    pub(crate) fn thread_name(&self) -> String {
-        match self.cpu {
-            Some(cpu) => format!("fuse-uring-{cpu}"),
-            None => "fuse-uring".to_string(),
-        }
-    }
-
-    /// How errors name this thread's queue.
-    fn label(&self) -> String {
-        match self.cpu {
-            Some(cpu) => format!("queue {cpu}"),
-            None => "the idle queue thread".to_string(),
-        }
-    }
-}
-
-fn qid(cpu: usize) -> Result<u16, UringError> {
-    u16::try_from(cpu).map_err(|_| UringError::Config(format!("CPU {cpu}: too many queues")))
-}
-
-/// A queue thread's link to the INIT reply: where it reports its registration, and the
-/// go-ahead to register (closed to give up).
-pub(crate) type Handshake = (Sender<Result<(), UringError>>, Receiver<()>);
-
-/// Everything a queue thread needs.
-pub(crate) struct QueueStart<H> {
-    pub(crate) layout: QueueLayout,
-    /// Its ring and buffers, made by the thread that starts it ([`Queue::new`]).
-    pub(crate) queue: Queue,
-    pub(crate) context: QueueContext<H>,
-    /// Keeps the eventfd the queue reads (by number) open for the thread's life.
-    pub(crate) wake: Arc<OwnedFd>,
-    /// Told once the entries are registered (or why not), and the go-ahead to register (sent
-    /// after the INIT reply; closed to give up). `None`: the connection is initialized
-    /// already, register at once.
-    pub(crate) handshake: Option<Handshake>,
-}
-
-/// The body of a queue thread.
-pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
-    let QueueStart {
-        layout,
-        mut queue,
-        context,
-        wake: _wake,
-        handshake,
-    } = start;
-    // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
-    // keeps the request's data in its caches. A CPU that is offline or outside this process's
-    // affinity leaves the thread unpinned: its queue still works, only without that locality.
-    if let Some(cpu) = layout.cpu {
-        pin_to_cpu(usize::from(cpu));
-    }
-    let (shared, handler) = (Arc::clone(&context.shared), Arc::clone(&context.handler));
-    let ready = match handshake {
-        Some((ready, go)) => {
-            if go.recv().is_err() {
-                // The transport was dropped before INIT: nothing reached the kernel.
-                return queue.close(None);
-            }
-            Some(ready)
-        }
-        None => None,
-    };
-    // This thread becomes the ring's one submitter (it was made disabled elsewhere).
-    let registered = queue.enable().and_then(|()| queue.register());
-    if let Err(error) = registered {
-        // Entries registered before the failure stay with the kernel: close keeps their memory.
-        let message = error.to_string();
-        let end = queue.close(None);
-        return match ready {
-            Some(ready) => {
-                let _ = ready.send(Err(error));
-                end
-            }
-            None => QueueEnd {
-                error: Some(message),
-                ..end
-            },
-        };
-    }
-    shared
-        .entries
-        .fetch_add(queue.entries.len(), Ordering::Relaxed);
-    if let Some(ready) = ready {
-        let _ = ready.send(Ok(()));
-    }
-    let busy = layout.per_cpu_after.map(|after| {
-        (after, move || {
-            crate::transport::start_per_cpu_queues(&context).map_err(|e| e.to_string())
-        })
-    });
-    queue.serve(&*handler, &shared, busy)
-}
-
-fn pin_to_cpu(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-    }
-}
 
 /// A queue thread's io_uring and entries.
 pub(crate) struct Queue {
@@ -219,7 +70,7 @@ impl Queue {
         config: &UringConfig,
     ) -> Result<Queue, UringError> {
         let label = layout.label();
-        let depth = layout.entry_qids.len();
+        let depth = layout.entry_qids().len();
         let sq_entries = u32::try_from(sq_entries(depth))
             .map_err(|_| UringError::Config(format!("{label}: {depth} entries are too many")))?;
         // Single issuer and deferred task work: only this thread submits, and the kernel copies
@@ -247,7 +98,7 @@ impl Queue {
             .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
         Ok(Queue {
             label,
-            entry_qids: layout.entry_qids.clone(),
+            entry_qids: layout.entry_qids().to_vec(),
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
@@ -262,7 +113,7 @@ impl Queue {
 
     /// Enables the ring, made disabled by [`Queue::new`] on another thread: the calling thread
     /// becomes its single issuer, the only one that may submit to it from now on.
-    fn enable(&self) -> Result<(), UringError> {
+    pub(crate) fn enable(&self) -> Result<(), UringError> {
         self.ring
             .submitter()
             .register_enable_rings()
@@ -276,6 +127,11 @@ impl Queue {
     pub(crate) fn memory(&self) -> usize {
         let payload = self.entries.first().map_or(0, |e| e.payload.len());
         queue_memory(self.entries.len(), payload)
+    }
+
+    /// The number of entries.
+    pub(crate) fn entry_count(&self) -> usize {
+        self.entries.len()
     }
 
     /// The kernel queue of entry `index`.
@@ -325,7 +181,7 @@ impl Queue {
 
     /// Registers every entry. A refusal shows as an immediate completion (the kernel answers
     /// a REGISTER it accepts only when a request comes).
-    fn register(&mut self) -> Result<(), UringError> {
+    pub(crate) fn register(&mut self) -> Result<(), UringError> {
         self.arm_wake()?;
         for index in 0..self.entries.len() {
             self.push_entry_cmd(index, CMD_REGISTER, 0)?;
@@ -360,7 +216,7 @@ impl Queue {
 
     /// Serves requests until the kernel has let go of every entry, or the transport stops.
     /// `busy`: after how many answers to call what starts the per-CPU queues (idle start).
-    fn serve<H: Handler>(
+    pub(crate) fn serve<H: Handler>(
         mut self,
         handler: &H,
         shared: &Shared,
@@ -546,7 +402,7 @@ impl Queue {
     /// of the entries the kernel let go of. Those it may still hold (the transport stopped while
     /// the file system is mounted) stay allocated: the kernel keeps their addresses until the
     /// connection ends.
-    fn close(self, error: Option<String>) -> QueueEnd {
+    pub(crate) fn close(self, error: Option<String>) -> QueueEnd {
         let Queue {
             ring,
             entries,

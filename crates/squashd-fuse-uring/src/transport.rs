@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::abi::FUSE_MIN_READ_BUFFER;
 use crate::config::possible_cpus;
-use crate::queue::{self, Handshake, Queue, QueueEnd, QueueLayout, QueueStart};
+use crate::queue::Queue;
+use crate::thread::{self, Handshake, QueueEnd, QueueLayout, QueueStart};
 use crate::{Handler, UringConfig, UringError};
 
 /// How long `prepare` and `register` wait for each queue.
@@ -376,7 +377,7 @@ fn spawn_queue<H: Handler>(
     };
     let thread = std::thread::Builder::new()
         .name(name.clone())
-        .spawn(move || queue::run(start))
+        .spawn(move || thread::run(start))
         .map_err(|source| UringError::Io {
             what: format!("start the thread {name}"),
             source,

@@ -197,7 +197,12 @@ impl Queue {
             .map(|c| (c.user_data(), c.result()))
             .collect();
         for (user_data, result) in completions {
-            if user_data != WAKE && result < 0 {
+            if user_data == WAKE {
+                // The transport is stopping already: serve sees it, and re-arms the read.
+                self.wake_armed = false;
+                continue;
+            }
+            if result < 0 {
                 let index = usize::try_from(user_data).unwrap_or(usize::MAX);
                 if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
@@ -227,6 +232,17 @@ impl Queue {
         let mut answered = 0u64;
         let mut busy = busy;
         while self.in_kernel.iter().any(|&held| held) {
+            // Checked before each wait, not only after a completion: a transport stopped while
+            // this thread was starting (an idle start's per-CPU threads) may have woken it
+            // before it waited, or while it registered.
+            if shared.stop.load(Ordering::Acquire) {
+                return self.close(error);
+            }
+            if !self.wake_armed {
+                if let Err(e) = self.arm_wake() {
+                    error.get_or_insert(e.to_string());
+                }
+            }
             if let Err(source) = self.ring.submit_and_wait(1) {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
@@ -279,14 +295,6 @@ impl Queue {
                     if let Err(e) = start() {
                         error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
                     }
-                }
-            }
-            if shared.stop.load(Ordering::Acquire) {
-                return self.close(error);
-            }
-            if !self.wake_armed {
-                if let Err(e) = self.arm_wake() {
-                    error.get_or_insert(e.to_string());
                 }
             }
         }

@@ -18,6 +18,13 @@ pub(crate) struct RawBuffer {
     mapped: bool,
 }
 
+// SAFETY: a RawBuffer owns its allocation and hands out no references that outlive a call
+// (`bytes` and `bytes_mut` borrow it); moving it to another thread moves that ownership, as
+// moving a `Box<[u8]>` would. The kernel's access is ruled by the commands' lifetimes, which
+// do not depend on the owning thread (queue.rs only touches buffers between a completion and
+// the next submission, on the one thread that owns the queue).
+unsafe impl Send for RawBuffer {}
+
 impl RawBuffer {
     /// `size` (> 0) zeroed bytes aligned to `align` (a power of two) from the heap; `None` if
     /// out of memory.
@@ -108,6 +115,10 @@ pub(crate) struct EntryBuffers {
     pub(crate) payload: RawBuffer,
     iovecs: Box<[libc::iovec; 2]>,
 }
+
+// SAFETY: the iovecs point only into this entry's own two buffers (RawBuffer is Send, see
+// above), so moving the whole entry to another thread moves the memory they describe with it.
+unsafe impl Send for EntryBuffers {}
 
 impl EntryBuffers {
     pub(crate) fn new(payload_size: usize) -> Option<EntryBuffers> {

@@ -1,4 +1,6 @@
-//! How big the rings are: queues, entries per queue, payload buffer per entry.
+//! How big the rings are: queues, entries per queue, payload buffer per entry, and whether a
+//! mount starts small (one thread holding one entry of every CPU's queue) and grows per-CPU
+//! queues only once it is busy.
 
 use crate::abi::{FUSE_MIN_READ_BUFFER, RING_HEADER_SIZE};
 use crate::UringError;
@@ -15,6 +17,14 @@ pub struct UringConfig {
     /// Number of queues: the kernel keeps one per possible CPU and uses the ring only once every
     /// one has an entry, so this must be [`possible_cpus`].
     pub cpus: usize,
+    /// How the transport starts. `None`: one thread per CPU at once, pinned to it, with
+    /// `queue_depth` entries of that CPU's queue. `Some(n)`: an idle start, for a mount that
+    /// may stay idle (a daemon's dozens of images): one unpinned thread with one io_uring holds
+    /// one entry of every CPU's queue (the kernel's minimum for using the ring at all), and the
+    /// per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
+    /// queue by the requester's CPU, not by the thread that registered its entries
+    /// (`fuse_uring_task_to_queue` in `fs/fuse/dev_uring.c`), so one thread can serve them all.
+    pub per_cpu_after: Option<u64>,
 }
 
 impl UringConfig {
@@ -29,7 +39,17 @@ impl UringConfig {
             queue_depth,
             payload_size: UringConfig::required_payload_size(max_write, max_pages),
             cpus: possible_cpus()?,
+            per_cpu_after: None,
         })
+    }
+
+    /// This config with an idle start: per-CPU queues only after `requests` requests (see
+    /// [`UringConfig::per_cpu_after`]).
+    pub fn idle_start(self, requests: u64) -> UringConfig {
+        UringConfig {
+            per_cpu_after: Some(requests),
+            ..self
+        }
     }
 
     /// The kernel's rule (`fuse_uring_create`): max(FUSE_MIN_READ_BUFFER, max_write,
@@ -47,19 +67,37 @@ impl UringConfig {
     }
 }
 
-/// Bytes of memory the rings of `config` take: header and payload buffers of every entry, and
-/// each queue's submission and completion rings (128-byte SQEs, 16-byte CQEs, twice as many).
+/// The most memory the rings of `config` can take: header and payload buffers of every entry,
+/// and each queue's submission and completion rings, once every per-CPU queue runs (plus the
+/// idle start's queue, which stays). A running transport reports what it has allocated so far:
+/// [`crate::Transport::memory`].
 pub fn ring_memory(config: &UringConfig) -> usize {
     let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
-    let per_entry = config.payload_size.saturating_add(RING_HEADER_SIZE);
-    // One more SQE than entries: the wake-up read of the queue's eventfd.
-    let sqes = depth.saturating_add(1).next_power_of_two();
-    let per_ring = sqes
+    let per_cpu = config
+        .cpus
+        .saturating_mul(queue_memory(depth, config.payload_size));
+    match config.per_cpu_after {
+        Some(_) => per_cpu.saturating_add(queue_memory(config.cpus, config.payload_size)),
+        None => per_cpu,
+    }
+}
+
+/// Bytes of one queue thread's ring with `entries` entries of `payload_size`-byte payloads: the
+/// entries' header and payload buffers, and the submission and completion rings (128-byte SQEs
+/// with their 4-byte index, 16-byte CQEs, twice as many).
+pub(crate) fn queue_memory(entries: usize, payload_size: usize) -> usize {
+    let per_entry = payload_size.saturating_add(RING_HEADER_SIZE);
+    let sqes = sq_entries(entries);
+    let ring = sqes
         .saturating_mul(128 + 4)
         .saturating_add(sqes.saturating_mul(2 * 16));
-    config
-        .cpus
-        .saturating_mul(depth.saturating_mul(per_entry).saturating_add(per_ring))
+    entries.saturating_mul(per_entry).saturating_add(ring)
+}
+
+/// Submission queue entries of a ring with `entries` entries: one more for the wake-up read of
+/// the queue's eventfd, rounded up to a power of two as the kernel does.
+pub(crate) fn sq_entries(entries: usize) -> usize {
+    entries.saturating_add(1).next_power_of_two()
 }
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`), which is the kernel's
@@ -142,9 +180,15 @@ mod tests {
             queue_depth: 2,
             payload_size: 128 << 10,
             cpus: 4,
+            per_cpu_after: None,
         };
         let memory = ring_memory(&config);
         assert!(memory >= 4 * 2 * (128 << 10));
         assert!(memory < 4 * 2 * (129 << 10));
+        // The idle start's queue (one entry per CPU) comes on top of the per-CPU queues.
+        let idle = ring_memory(&config.idle_start(64));
+        assert_eq!(idle, memory + queue_memory(4, 128 << 10));
+        assert!(queue_memory(4, 128 << 10) >= 4 * (128 << 10));
+        assert!(queue_memory(4, 128 << 10) < 4 * (129 << 10));
     }
 }

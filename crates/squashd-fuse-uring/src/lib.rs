@@ -71,12 +71,17 @@
 //!
 //! # Threads and memory
 //!
-//! Each queue is a thread pinned to its CPU with its own io_uring (single issuer, deferred task
-//! work: the kernel copies requests into a queue's buffers only while its thread waits for
-//! completions, never while the handler reads or writes them). Memory is CPUs x depth x
-//! (payload + 288 bytes) plus the rings: [`ring_memory`]. Requests of one queue are answered
-//! one after another, so a slow request delays the others of its CPU: depth > 1 lets the
-//! kernel queue them, not answer them in parallel.
+//! Each queue thread has its own io_uring (single issuer, deferred task work: the kernel copies
+//! requests into a thread's buffers only while it waits for completions, never while the
+//! handler reads or writes them). By default there is one per CPU, pinned to it, with
+//! `queue_depth` entries of that CPU's queue. With an idle start
+//! ([`UringConfig::idle_start`]), for mounts that may stay idle, one unpinned thread first
+//! holds one entry of every CPU's queue, and starts the per-CPU threads once it has answered
+//! the given number of requests: an idle mount costs one thread, one io_uring and one entry per
+//! CPU. Memory is entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`],
+//! so far [`Transport::memory`]; payloads are their own mappings, resident once used. Requests
+//! of one thread are answered one after another, so a slow request delays the others it holds:
+//! more entries let the kernel queue them, not answer them in parallel.
 //!
 //! # Ending
 //!
@@ -94,6 +99,7 @@ mod queue;
 mod reply;
 mod request;
 mod sqe;
+mod thread;
 mod transport;
 
 pub use abi::{

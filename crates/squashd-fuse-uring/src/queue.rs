@@ -1,5 +1,7 @@
-//! One ring queue: a thread pinned to its CPU with its own io_uring, `queue_depth` entries
-//! registered with the kernel, answering each request and fetching the next in one command.
+//! One queue thread's io_uring and entries registered with the kernel, answering each request
+//! and fetching the next in one command (the thread around it: `thread.rs`). Either
+//! `queue_depth` entries of one CPU's queue, or the idle start's one entry of every CPU's
+//! queue ([`QueueLayout`]).
 //!
 //! The life of an entry: REGISTER (the kernel keeps the command until a request of this CPU
 //! comes) -> completion with result 0: the request is in the entry's buffers -> the handler
@@ -12,7 +14,6 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -22,7 +23,9 @@ use crate::abi::{
     OUT_HEADER_SIZE, RING_ENT_IN_OUT_OFFSET, RING_IN_OUT_SIZE, RING_OP_IN_SIZE,
 };
 use crate::buffers::{EntryBuffers, RawBuffer};
+use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
+use crate::thread::{QueueEnd, QueueLayout};
 use crate::transport::Shared;
 use crate::{Handler, Request, UringConfig, UringError};
 
@@ -32,78 +35,15 @@ const WAKE: u64 = u64::MAX;
 const COMMIT_ID_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 8;
 const PAYLOAD_SZ_OFFSET: usize = RING_ENT_IN_OUT_OFFSET + 16;
 
-/// How a queue thread ended.
-#[derive(Debug, Default)]
-pub(crate) struct QueueEnd {
-    /// Bytes of entry buffers left allocated because the kernel might still hold them (the
-    /// transport was shut down while the file system was still mounted).
-    pub(crate) leaked_bytes: usize,
-    /// An error other than the kernel's end of connection, if any.
-    pub(crate) error: Option<String>,
-}
-
-/// Everything a queue thread needs.
-pub(crate) struct QueueStart<H> {
-    pub(crate) qid: u16,
-    pub(crate) dev_fuse: Arc<OwnedFd>,
-    pub(crate) wake: Arc<OwnedFd>,
-    pub(crate) config: UringConfig,
-    pub(crate) handler: Arc<H>,
-    pub(crate) shared: Arc<Shared>,
-    /// Told once the ring and buffers exist, and again once the entries are registered.
-    pub(crate) ready: Sender<Result<(), UringError>>,
-    /// The go-ahead to register (sent after the INIT reply); closed to give up.
-    pub(crate) go: Receiver<()>,
-}
-
-/// The queue thread's body.
-pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
-    let QueueStart {
-        qid,
-        dev_fuse,
-        wake,
-        config,
-        handler,
-        shared,
-        ready,
-        go,
-    } = start;
-    // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
-    // keeps the request's data in its caches. A CPU that is offline or outside this process's
-    // affinity leaves the thread unpinned: its queue still works, only without that locality.
-    pin_to_cpu(usize::from(qid));
-    let mut queue = match Queue::new(qid, &dev_fuse, &wake, &config) {
-        Ok(queue) => queue,
-        Err(error) => {
-            let _ = ready.send(Err(error));
-            return QueueEnd::default();
-        }
-    };
-    let _ = ready.send(Ok(()));
-    if go.recv().is_err() {
-        // The transport was dropped before INIT: nothing reached the kernel.
-        return queue.close(None);
-    }
-    if let Err(error) = queue.register() {
-        // Entries registered before the failure stay with the kernel: close keeps their memory.
-        let end = queue.close(None);
-        let _ = ready.send(Err(error));
-        return end;
-    }
-    let _ = ready.send(Ok(()));
-    drop(ready);
-    queue.serve(&*handler, &shared)
-}
-
-fn pin_to_cpu(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-    }
-}
-
-struct Queue {
-    qid: u16,
+/// A queue thread's io_uring and entries.
+pub(crate) struct Queue {
+    /// How errors name this queue thread.
+    label: String,
+    /// The kernel queue (CPU) of each entry.
+    entry_qids: Vec<u16>,
+    /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
+    /// commands carry its number, not a reference).
+    _dev_fuse_owner: Arc<OwnedFd>,
     dev_fuse: RawFd,
     wake_fd: RawFd,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
@@ -119,31 +59,37 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(
-        qid: u16,
-        dev_fuse: &OwnedFd,
+    /// The ring (disabled: the queue thread enables it, becoming its single issuer, see
+    /// [`Queue::enable`]) and the entries' buffers of `layout`. Made by the thread that starts
+    /// the queue thread, so that a failure here is known before the INIT reply without waiting
+    /// for the new thread to run.
+    pub(crate) fn new(
+        layout: &QueueLayout,
+        dev_fuse: &Arc<OwnedFd>,
         wake: &OwnedFd,
         config: &UringConfig,
     ) -> Result<Queue, UringError> {
-        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
-        let sq_entries = u32::try_from(depth.saturating_add(1).next_power_of_two())
-            .map_err(|_| UringError::Config(format!("queue depth {depth} is too large")))?;
+        let label = layout.label();
+        let depth = layout.entry_qids().len();
+        let sq_entries = u32::try_from(sq_entries(depth))
+            .map_err(|_| UringError::Config(format!("{label}: {depth} entries are too many")))?;
         // Single issuer and deferred task work: only this thread submits, and the kernel copies
         // requests into this queue's buffers only when the thread waits for completions, never
         // while it is reading or writing them.
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_r_disabled()
             .build(sq_entries)
             .map_err(|source| UringError::Io {
-                what: format!("create the io_uring of queue {qid}"),
+                what: format!("create the io_uring of {label}"),
                 source,
             })?;
         let mut entries = Vec::with_capacity(depth);
         for _ in 0..depth {
             entries.push(EntryBuffers::new(config.payload_size).ok_or_else(|| {
                 UringError::Config(format!(
-                    "queue {qid}: cannot allocate a {}-byte ring buffer",
+                    "{label}: cannot allocate a {}-byte ring buffer",
                     config.payload_size
                 ))
             })?);
@@ -151,7 +97,9 @@ impl Queue {
         let wake_buffer = RawBuffer::new(8, 8)
             .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
         Ok(Queue {
-            qid,
+            label,
+            entry_qids: layout.entry_qids().to_vec(),
+            _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
             ring,
@@ -163,8 +111,36 @@ impl Queue {
         })
     }
 
+    /// Enables the ring, made disabled by [`Queue::new`] on another thread: the calling thread
+    /// becomes its single issuer, the only one that may submit to it from now on.
+    pub(crate) fn enable(&self) -> Result<(), UringError> {
+        self.ring
+            .submitter()
+            .register_enable_rings()
+            .map_err(|source| UringError::Io {
+                what: format!("enable the io_uring of {}", self.label),
+                source,
+            })
+    }
+
+    /// Bytes of this queue's ring and entry buffers, as [`crate::ring_memory`] counts them.
+    pub(crate) fn memory(&self) -> usize {
+        let payload = self.entries.first().map_or(0, |e| e.payload.len());
+        queue_memory(self.entries.len(), payload)
+    }
+
+    /// The number of entries.
+    pub(crate) fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The kernel queue of entry `index`.
+    fn qid(&self, index: usize) -> u16 {
+        self.entry_qids.get(index).copied().unwrap_or(0)
+    }
+
     fn push(&mut self, entry: &squeue::Entry128) -> Result<(), UringError> {
-        push_sqe(&mut self.ring, self.qid, entry)
+        push_sqe(&mut self.ring, &self.label, entry)
     }
 
     fn arm_wake(&mut self) -> Result<(), UringError> {
@@ -184,8 +160,8 @@ impl Queue {
     ) -> Result<(), UringError> {
         let Some(entry) = self.entries.get(index) else {
             return Err(UringError::Config(format!(
-                "queue {}: no entry {index}",
-                self.qid
+                "{}: no entry {index}",
+                self.label
             )));
         };
         let sqe = crate::sqe::fuse_uring_cmd(
@@ -193,7 +169,7 @@ impl Queue {
             cmd_op,
             entry.iovecs(),
             commit_id,
-            self.qid,
+            self.qid(index),
             index as u64,
         );
         self.push(&sqe)?;
@@ -205,46 +181,73 @@ impl Queue {
 
     /// Registers every entry. A refusal shows as an immediate completion (the kernel answers
     /// a REGISTER it accepts only when a request comes).
-    fn register(&mut self) -> Result<(), UringError> {
+    pub(crate) fn register(&mut self) -> Result<(), UringError> {
         self.arm_wake()?;
         for index in 0..self.entries.len() {
             self.push_entry_cmd(index, CMD_REGISTER, 0)?;
         }
         self.ring.submit().map_err(|source| UringError::Io {
-            what: format!("register the entries of queue {}", self.qid),
+            what: format!("register the entries of {}", self.label),
             source,
         })?;
         let mut refused = None;
-        for cqe in self.ring.completion() {
-            if cqe.user_data() != WAKE && cqe.result() < 0 {
-                if let Some(flag) = usize::try_from(cqe.user_data())
-                    .ok()
-                    .and_then(|index| self.in_kernel.get_mut(index))
-                {
+        let completions: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (user_data, result) in completions {
+            if user_data == WAKE {
+                // The transport is stopping already: serve sees it, and re-arms the read.
+                self.wake_armed = false;
+                continue;
+            }
+            if result < 0 {
+                let index = usize::try_from(user_data).unwrap_or(usize::MAX);
+                if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
                 }
-                refused.get_or_insert(-cqe.result());
+                refused.get_or_insert((self.qid(index), -result));
             }
         }
         match refused {
             None => Ok(()),
-            Some(errno) => Err(UringError::Register {
-                queue: self.qid,
+            Some((queue, errno)) => Err(UringError::Register {
+                queue,
                 source: std::io::Error::from_raw_os_error(errno),
             }),
         }
     }
 
     /// Serves requests until the kernel has let go of every entry, or the transport stops.
-    fn serve<H: Handler>(mut self, handler: &H, shared: &Shared) -> QueueEnd {
+    /// `busy`: after how many answers to call what starts the per-CPU queues (idle start).
+    pub(crate) fn serve<H: Handler>(
+        mut self,
+        handler: &H,
+        shared: &Shared,
+        busy: Option<(u64, impl FnOnce() -> Result<(), String>)>,
+    ) -> QueueEnd {
         let mut completions: Vec<(u64, i32)> = Vec::with_capacity(self.entries.len() + 1);
         let mut error = None;
+        let mut answered = 0u64;
+        let mut busy = busy;
         while self.in_kernel.iter().any(|&held| held) {
+            // Checked before each wait, not only after a completion: a transport stopped while
+            // this thread was starting (an idle start's per-CPU threads) may have woken it
+            // before it waited, or while it registered.
+            if shared.stop.load(Ordering::Acquire) {
+                return self.close(error);
+            }
+            if !self.wake_armed {
+                if let Err(e) = self.arm_wake() {
+                    error.get_or_insert(e.to_string());
+                }
+            }
             if let Err(source) = self.ring.submit_and_wait(1) {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
                     _ => {
-                        error = Some(format!("queue {}: io_uring_enter: {source}", self.qid));
+                        error = Some(format!("{}: io_uring_enter: {source}", self.label));
                         break;
                     }
                 }
@@ -270,8 +273,8 @@ impl Queue {
                         libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED
                     ) {
                         error.get_or_insert(format!(
-                            "queue {}: the kernel ended entry {index}: {}",
-                            self.qid,
+                            "{}: the kernel ended entry {index}: {}",
+                            self.label,
                             std::io::Error::from_raw_os_error(-result)
                         ));
                     }
@@ -283,13 +286,15 @@ impl Queue {
                 if let Err(e) = self.answer(index, handler, shared) {
                     error.get_or_insert(e.to_string());
                 }
+                answered += 1;
             }
-            if shared.stop.load(Ordering::Acquire) {
-                return self.close(error);
-            }
-            if !self.wake_armed {
-                if let Err(e) = self.arm_wake() {
-                    error.get_or_insert(e.to_string());
+            // Busy: start the per-CPU queues (once), after this batch's answers were queued
+            // (they are submitted by the next wait, so starting threads delays no caller).
+            if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
+                if let Some((_, start)) = busy.take() {
+                    if let Err(e) = start() {
+                        error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
+                    }
                 }
             }
         }
@@ -336,7 +341,8 @@ impl Queue {
             write_out_header(header_out, commit_id, libc::EIO, 0);
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
-        let (qid, dev_fuse, unique) = (self.qid, self.dev_fuse, in_header.unique);
+        let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
+        let label = &self.label;
         let ring = &mut self.ring;
         let mut early: Option<Result<(), UringError>> = None;
         let (errno, len, committed) = {
@@ -351,11 +357,11 @@ impl Queue {
                     qid,
                     index as u64,
                 );
-                let sent = push_sqe(ring, qid, &sqe).and_then(|()| {
+                let sent = push_sqe(ring, label, &sqe).and_then(|()| {
                     // Submitting runs the commit: the request ends (its caller wakes) in this
                     // call; the wait for the next request comes after the handler returns.
                     ring.submit().map(|_| ()).map_err(|source| UringError::Io {
-                        what: format!("commit an answer on queue {qid}"),
+                        what: format!("commit an answer on {label}"),
                         source,
                     })
                 });
@@ -396,7 +402,7 @@ impl Queue {
             }
         };
         // Counted once answered, as the stats say.
-        shared.count_request(usize::from(self.qid));
+        shared.count_request(usize::from(qid));
         result
     }
 
@@ -404,16 +410,19 @@ impl Queue {
     /// of the entries the kernel let go of. Those it may still hold (the transport stopped while
     /// the file system is mounted) stay allocated: the kernel keeps their addresses until the
     /// connection ends.
-    fn close(self, error: Option<String>) -> QueueEnd {
+    pub(crate) fn close(self, error: Option<String>) -> QueueEnd {
         let Queue {
             ring,
             entries,
             in_kernel,
             wake_buffer,
             wake_armed,
+            _dev_fuse_owner: dev_fuse,
             ..
         } = self;
         drop(ring);
+        // Only after the ring: its commands name the descriptor.
+        drop(dev_fuse);
         let mut leaked_bytes = 0;
         for (entry, held) in entries.into_iter().zip(in_kernel) {
             if held {
@@ -431,10 +440,10 @@ impl Queue {
     }
 }
 
-/// Queues `entry` on `ring` (of queue `qid`).
+/// Queues `entry` on `ring` (of the queue thread `label`).
 fn push_sqe(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
-    qid: u16,
+    label: &str,
     entry: &squeue::Entry128,
 ) -> Result<(), UringError> {
     // The ring has room for every entry plus the wake-up read, and each of them has at most
@@ -447,12 +456,12 @@ fn push_sqe(
             return Ok(());
         }
         ring.submit().map_err(|source| UringError::Io {
-            what: format!("submit to the io_uring of queue {qid}"),
+            what: format!("submit to the io_uring of {label}"),
             source,
         })?;
     }
     Err(UringError::Config(format!(
-        "queue {qid}: submission queue full"
+        "{label}: submission queue full"
     )))
 }
 

@@ -1,15 +1,17 @@
-//! The transport: one queue thread per CPU, started after INIT, ended by the kernel (unmount or
-//! abort) or by [`Transport::shutdown`].
+//! The transport: its queue threads (one per CPU, or first one for all CPUs: see
+//! [`UringConfig::per_cpu_after`]), started at INIT, ended by the kernel (unmount or abort) or
+//! by [`Transport::shutdown`].
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::abi::FUSE_MIN_READ_BUFFER;
 use crate::config::possible_cpus;
-use crate::queue::{self, QueueEnd, QueueStart};
+use crate::queue::Queue;
+use crate::thread::{self, Handshake, QueueEnd, QueueLayout, QueueStart};
 use crate::{Handler, UringConfig, UringError};
 
 /// How long `prepare` and `register` wait for each queue.
@@ -21,6 +23,22 @@ pub(crate) struct Shared {
     requests: Vec<AtomicU64>,
     pub(crate) refused_replies: AtomicU64,
     pub(crate) malformed_requests: AtomicU64,
+    /// Entries the kernel accepted, over all queue threads.
+    pub(crate) entries: AtomicUsize,
+    /// Bytes of rings and entry buffers allocated, over all queue threads.
+    pub(crate) memory: AtomicUsize,
+    /// The per-CPU queue threads an idle start added once busy.
+    grown: Mutex<Grown>,
+}
+
+/// The queue threads started after the transport was (an idle start's per-CPU queues).
+#[derive(Default)]
+struct Grown {
+    /// Whether they were started (they are started once).
+    started: bool,
+    /// Set by [`Transport::shutdown`]: no more threads may start.
+    closed: bool,
+    queues: Vec<QueueThread>,
 }
 
 impl Shared {
@@ -40,6 +58,11 @@ pub struct TransportStats {
     pub refused_replies: u64,
     /// Requests whose lengths did not add up (answered with EIO).
     pub malformed_requests: u64,
+    /// Ring entries registered with the kernel, over all queues: the number of CPUs after an
+    /// idle start, then that plus CPUs x depth once the per-CPU queues run.
+    pub entries: usize,
+    /// Queue threads running (each with its own io_uring).
+    pub queue_threads: usize,
 }
 
 impl TransportStats {
@@ -81,7 +104,14 @@ pub struct Transport {
 /// memory for the buffers) would leave the mount hanging. [`Transport::prepare`] does
 /// everything that can fail on squashd's side, so that the INIT reply accepts the ring only
 /// when it succeeded; what [`PreparedTransport::register`] can still meet is the kernel's
-/// refusal, after which the kernel serves the connection over /dev/fuse.
+/// refusal, after which the kernel serves the connection over /dev/fuse (or, in theory, a
+/// refusal to enable a ring, which the kernel gives only for a ring not made disabled).
+///
+/// `prepare` makes every ring (disabled) and buffer on the calling thread and starts the queue
+/// threads without waiting for them to run: each enables its ring, becoming its one
+/// submitter, once told to register. So the INIT reply waits for no other thread; measured
+/// under a daemon attaching 69 images on 2 busy CPUs, each hand-off to a new thread and back
+/// cost 0.3-1 ms (bench/results/2026-11-26-uring-s6.md).
 pub struct PreparedTransport {
     /// The go-ahead of each queue thread; dropped (before `transport`) to give up.
     go: Vec<mpsc::Sender<()>>,
@@ -90,7 +120,7 @@ pub struct PreparedTransport {
 }
 
 impl PreparedTransport {
-    /// Registers `config.queue_depth` entries in each queue; returns once every queue has,
+    /// Registers the entries of every queue thread; returns once every one has,
     /// from which point the kernel sends the connection's requests (all but FORGET, INTERRUPT
     /// and notification replies, which stay on /dev/fuse) to the handler over the rings.
     ///
@@ -131,9 +161,12 @@ fn wait_ready(
 }
 
 impl Transport {
-    /// Before the INIT reply: starts one thread per queue, pinned to its CPU, each with its
-    /// io_uring and `config.queue_depth` entries of `config.payload_size` bytes, and with
-    /// `handler` to answer requests. `config.payload_size` must be at least
+    /// Before the INIT reply: makes the rings and starts the queue threads, each with its
+    /// io_uring and entries of
+    /// `config.payload_size` bytes, and with `handler` to answer requests: one thread per CPU
+    /// pinned to it with `config.queue_depth` entries of its CPU's queue or, for an idle start
+    /// ([`UringConfig::per_cpu_after`]), one unpinned thread with one entry of every CPU's
+    /// queue, which starts the per-CPU threads once busy. `config.payload_size` must be at least
     /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
     /// INIT reply must not accept `FUSE_OVER_IO_URING`.
     ///
@@ -159,47 +192,37 @@ impl Transport {
             requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
             refused_replies: AtomicU64::new(0),
             malformed_requests: AtomicU64::new(0),
+            entries: AtomicUsize::new(0),
+            memory: AtomicUsize::new(0),
+            grown: Mutex::new(Grown::default()),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
+        let layouts = match config.per_cpu_after {
+            Some(after) => vec![QueueLayout::all_cpus(config.cpus, after)?],
+            None => QueueLayout::per_cpu(config)?,
+        };
         let mut prepared = PreparedTransport {
-            go: Vec::with_capacity(config.cpus),
+            go: Vec::with_capacity(layouts.len()),
             ready: ready_rx,
             transport: Transport {
                 shared: Arc::clone(&shared),
-                queues: Vec::with_capacity(config.cpus),
+                queues: Vec::with_capacity(layouts.len()),
                 config: *config,
             },
         };
-        for qid in 0..config.cpus {
-            let wake = Arc::new(eventfd()?);
-            let qid = u16::try_from(qid)
-                .map_err(|_| UringError::Config(format!("{} queues are too many", config.cpus)))?;
+        for layout in layouts {
             let (go_tx, go_rx) = mpsc::channel();
-            let start = QueueStart {
-                qid,
+            let context = QueueContext {
                 dev_fuse: Arc::clone(&dev_fuse),
-                wake: Arc::clone(&wake),
                 config: *config,
                 handler: Arc::clone(&handler),
                 shared: Arc::clone(&shared),
-                ready: ready_tx.clone(),
-                go: go_rx,
             };
-            let thread = std::thread::Builder::new()
-                .name(format!("fuse-uring-{qid}"))
-                .spawn(move || queue::run(start))
-                .map_err(|source| UringError::Io {
-                    what: format!("start the thread of queue {qid}"),
-                    source,
-                })?;
+            let thread = spawn_queue(layout, &context, Some((ready_tx.clone(), go_rx)))?;
             prepared.go.push(go_tx);
-            prepared.transport.queues.push(QueueThread {
-                thread: Some(thread),
-                wake,
-            });
+            prepared.transport.queues.push(thread);
         }
         drop(ready_tx);
-        wait_ready(&prepared.ready, config.cpus, "create their rings")?;
         Ok(prepared)
     }
 
@@ -230,15 +253,23 @@ impl Transport {
                 .collect(),
             refused_replies: self.shared.refused_replies.load(Ordering::Relaxed),
             malformed_requests: self.shared.malformed_requests.load(Ordering::Relaxed),
+            entries: self.shared.entries.load(Ordering::Relaxed),
+            queue_threads: self.queues.len() + self.shared.lock_grown().queues.len(),
         }
+    }
+
+    /// Bytes of rings and entry buffers allocated so far (at most [`crate::ring_memory`] of
+    /// the config). Payload buffers are their own anonymous mappings, so of this only the pages
+    /// that requests and replies used are resident.
+    pub fn memory(&self) -> usize {
+        self.shared.memory.load(Ordering::Relaxed)
     }
 
     /// Whether every queue thread has ended (after an unmount or abort, the kernel ends every
     /// entry with ENOTCONN and the threads return by themselves).
     pub fn is_finished(&self) -> bool {
-        self.queues
-            .iter()
-            .all(|queue| queue.thread.as_ref().is_none_or(|t| t.is_finished()))
+        let finished = |queue: &QueueThread| queue.thread.as_ref().is_none_or(|t| t.is_finished());
+        self.queues.iter().all(finished) && self.shared.lock_grown().queues.iter().all(finished)
     }
 
     /// Waits up to `timeout` for [`Transport::is_finished`].
@@ -263,6 +294,13 @@ impl Transport {
 
     fn stop(&mut self) -> TransportEnd {
         self.shared.stop.store(true, Ordering::Release);
+        // Threads added after this point cannot start: the ones there are all to stop.
+        let grown = {
+            let mut grown = self.shared.lock_grown();
+            grown.closed = true;
+            std::mem::take(&mut grown.queues)
+        };
+        self.queues.extend(grown);
         for queue in &self.queues {
             wake(&queue.wake);
         }
@@ -287,6 +325,85 @@ impl Drop for Transport {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What every queue thread of a transport shares.
+pub(crate) struct QueueContext<H> {
+    pub(crate) dev_fuse: Arc<OwnedFd>,
+    pub(crate) config: UringConfig,
+    pub(crate) handler: Arc<H>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<H> Clone for QueueContext<H> {
+    fn clone(&self) -> Self {
+        QueueContext {
+            dev_fuse: Arc::clone(&self.dev_fuse),
+            config: self.config,
+            handler: Arc::clone(&self.handler),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl Shared {
+    fn lock_grown(&self) -> std::sync::MutexGuard<'_, Grown> {
+        self.grown.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Makes the ring and buffers of `layout` on this thread, then starts the queue thread that
+/// enables the ring and serves it. `handshake`: the channel to report the registration and
+/// the go-ahead to register (after the INIT reply); without it, the thread registers at once
+/// (the connection is initialized already).
+fn spawn_queue<H: Handler>(
+    layout: QueueLayout,
+    context: &QueueContext<H>,
+    handshake: Option<Handshake>,
+) -> Result<QueueThread, UringError> {
+    let wake = Arc::new(eventfd()?);
+    let queue = Queue::new(&layout, &context.dev_fuse, &wake, &context.config)?;
+    context
+        .shared
+        .memory
+        .fetch_add(queue.memory(), Ordering::Relaxed);
+    let name = layout.thread_name();
+    let start = QueueStart {
+        layout,
+        queue,
+        context: context.clone(),
+        wake: Arc::clone(&wake),
+        handshake,
+    };
+    let thread = std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || thread::run(start))
+        .map_err(|source| UringError::Io {
+            what: format!("start the thread {name}"),
+            source,
+        })?;
+    Ok(QueueThread {
+        thread: Some(thread),
+        wake,
+    })
+}
+
+/// Starts the per-CPU queue threads of an idle start, once: called by its one thread when it
+/// became busy. They register their entries at once; the kernel then spreads each CPU's
+/// requests over that CPU's entries and the first thread's, which stay registered.
+pub(crate) fn start_per_cpu_queues<H: Handler>(
+    context: &QueueContext<H>,
+) -> Result<(), UringError> {
+    let mut grown = context.shared.lock_grown();
+    if grown.started || grown.closed {
+        return Ok(());
+    }
+    grown.started = true;
+    for layout in QueueLayout::per_cpu(&context.config)? {
+        let thread = spawn_queue(layout, context, None)?;
+        grown.queues.push(thread);
+    }
+    Ok(())
 }
 
 fn validate(config: &UringConfig) -> Result<(), UringError> {

@@ -437,3 +437,139 @@ fn an_interrupted_read_comes_on_dev_fuse_and_is_answered_on_both_transports() {
         }
     }
 }
+
+/// Thread ids of this process whose name is `name` (from /proc/self/task/*/comm).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("list /proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+#[test]
+fn an_idle_start_holds_one_entry_per_cpu_and_grows_per_cpu_queues_once_busy() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let idle_threads_before = threads_named("fuse-uring");
+    let config = TestMount::config(2).idle_start(40);
+    let (mut mount, ring) = TestMount::mount_with_ring(&config, 1);
+    ring.expect("prepare and register the ring transport");
+    let transport = mount.transport.as_ref().expect("transport");
+    let idle_memory = transport.memory();
+    let stats = transport.stats();
+    // Idle: one thread, one entry of every CPU's queue, and only that queue's memory.
+    assert_eq!(
+        (stats.entries, stats.queue_threads),
+        (cpus(), 1),
+        "{stats:?}"
+    );
+    assert_eq!(threads_named("fuse-uring"), idle_threads_before + 1);
+    assert!(idle_memory >= cpus() * config.payload_size, "{idle_memory}");
+    assert!(
+        idle_memory < ring_memory(&TestMount::config(2)),
+        "{idle_memory}"
+    );
+    // A few requests from every CPU are answered by that one thread (every queue's entry).
+    for cpu in 0..cpus() {
+        let path = mount.path().join("small");
+        let read = on_cpu(cpu, move || std::fs::read(path).expect("read /small"));
+        assert_eq!(read.join().expect("reader"), SMALL_CONTENT);
+    }
+    let stats = transport.stats();
+    assert!(stats.requests() < 40, "{stats:?}");
+    assert_eq!(
+        (stats.entries, stats.queue_threads),
+        (cpus(), 1),
+        "{stats:?}"
+    );
+
+    // Busy: past 40 answers, the per-CPU threads start with `queue_depth` entries each.
+    let readers: Vec<_> = (0..cpus())
+        .map(|cpu| {
+            let path = mount.path().join("big");
+            on_cpu(cpu, move || {
+                for _ in 0..4 {
+                    let whole = std::fs::read(&path).expect("read /big");
+                    assert_eq!(whole.len() as u64, BIG_SIZE);
+                    check_big(&whole, 0);
+                }
+            })
+        })
+        .collect();
+    for reader in readers {
+        reader.join().expect("a reader thread");
+    }
+    let deadline = Instant::now() + BOUND;
+    while transport.stats().entries < cpus() * 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stats = transport.stats();
+    assert_eq!(
+        (stats.entries, stats.queue_threads),
+        (cpus() + cpus() * 2, 1 + cpus()),
+        "{stats:?}"
+    );
+    assert_eq!(
+        transport.memory(),
+        ring_memory(&config),
+        "every queue allocated"
+    );
+    // Requests keep coming back right with both kinds of threads serving.
+    for cpu in 0..cpus() {
+        let path = mount.path().join("big");
+        let read = on_cpu(cpu, move || {
+            let file = File::open(&path).expect("open /big");
+            let mut range = vec![0u8; 70_000];
+            file.read_exact_at(&mut range, 4097).expect("pread /big");
+            check_big(&range, 4097);
+        });
+        read.join().expect("reader");
+    }
+    assert_eq!(
+        transport.stats().requests(),
+        mount.fs.ring_requests.load(Ordering::Relaxed)
+    );
+    assert_eq!(mount.dev_reads.load(Ordering::Relaxed), 0);
+
+    // Unmounting ends every thread, the grown ones too, and gives back every buffer.
+    mount.unmount(MntFlags::empty());
+    let transport = mount.transport.take().expect("transport");
+    assert!(transport.wait_finished(BOUND), "every queue thread ends");
+    let end = transport.shutdown();
+    assert_eq!(end.leaked_bytes, 0, "{end:?}");
+    assert!(end.errors.is_empty(), "{end:?}");
+}
+
+#[test]
+fn shutdown_while_mounted_after_growing_stops_every_queue_thread() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let config = TestMount::config(1).idle_start(4);
+    let (mut mount, ring) = TestMount::mount_with_ring(&config, 1);
+    ring.expect("prepare and register the ring transport");
+    for _ in 0..4 {
+        assert_eq!(
+            std::fs::read(mount.path().join("small")).expect("read /small"),
+            SMALL_CONTENT
+        );
+    }
+    let transport = mount.transport.take().expect("transport");
+    let deadline = Instant::now() + BOUND;
+    while transport.stats().queue_threads < 1 + cpus() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(transport.stats().queue_threads, 1 + cpus());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(transport.shutdown()));
+    let end = done_rx
+        .recv_timeout(BOUND)
+        .expect("shutdown returns while mounted");
+    // Every entry (the idle thread's and the per-CPU ones) stays with the kernel until the
+    // connection ends, so every buffer is kept.
+    assert_eq!(
+        end.leaked_bytes,
+        2 * cpus() * (config.payload_size + squashd_fuse_uring::RING_HEADER_SIZE)
+    );
+    assert!(end.errors.is_empty(), "{end:?}");
+}

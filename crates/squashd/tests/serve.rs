@@ -515,3 +515,6 @@ mod verity_costs;
 
 #[path = "serve/uring.rs"]
 mod uring;
+
+#[path = "serve/uring_idle.rs"]
+mod uring_idle;

@@ -37,7 +37,9 @@ pub use dispatch::{
 pub use mount::FuseMount;
 pub use reply::{DirentBuffer, ReadData, Reply};
 use ring::RingState;
-pub use ring::{TransportInfo, TransportProbe, UringMode, RING_MAX_PAGES, RING_QUEUE_DEPTH};
+pub use ring::{
+    TransportInfo, TransportProbe, UringMode, RING_MAX_PAGES, RING_PER_CPU_AFTER, RING_QUEUE_DEPTH,
+};
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -7,8 +7,7 @@
 
 use super::dispatch::{Dispatcher, FuseFilesystem, MAX_WRITE};
 use squashd_fuse_uring::{
-    init_offers_uring, ring_memory, Handler, KernelSupport, ReplyWriter, Transport, UringConfig,
-    IN_HEADER_SIZE,
+    init_offers_uring, Handler, KernelSupport, ReplyWriter, Transport, UringConfig, IN_HEADER_SIZE,
 };
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,9 +20,10 @@ pub enum UringMode {
     Auto,
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,
-    /// Never: /dev/fuse only. The default: the ring measured slower for 16 parallel cold
-    /// walks on a quiet machine (bench/results/2026-11-26-fuse-uring.md, "Default"), before
-    /// the listing turns were made to outlast the commit; that A/B is still to repeat.
+    /// Never: /dev/fuse only. The default: the ring wins walks (0.84x of /dev/fuse's time for
+    /// 16 parallel cold finds, quiet machine) and stat storms, but a daemon with 69 images is
+    /// ready later over it (about 90 ms instead of 70 ms, even with the idle start:
+    /// bench/results/2026-11-26-uring-s6.md), which issue 27 does not allow for `auto`.
     #[default]
     Off,
 }
@@ -58,10 +58,20 @@ impl UringMode {
     }
 }
 
-/// Ring entries per CPU: one. Each entry holds a payload buffer for the largest read, and a
-/// daemon serves dozens of images, so the rings are kept to one request in flight per CPU;
-/// the kernel queues the others of that CPU until it is answered.
+/// Ring entries per CPU once a mount is busy: one. Each entry holds a payload buffer for the
+/// largest read, and a daemon serves dozens of images, so the rings are kept to one request in
+/// flight per CPU (plus the idle start's entry, which stays); the kernel queues the others of
+/// that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 1;
+
+/// Requests a mount answers over its idle start (one thread and one io_uring holding one entry
+/// of every CPU's queue) before its per-CPU queue threads start. A daemon's idle image (the
+/// readiness probe's stat and listing of its root, an `ls`, a walk of a small service image)
+/// stays below it and so costs one thread and one ring instead of one per CPU; a walk or a read
+/// of any size passes it within its first few percent (a `find` of /usr/include: 4,019
+/// requests). `squashd status` shows the entries (`ring_entries`: CPUs while idle, twice that
+/// once busy, at depth 1).
+pub const RING_PER_CPU_AFTER: u64 = 256;
 
 /// Pages of one read over the ring: 128 KiB, the kernel's default largest read and SquashFS's
 /// default block size. The ring's payload buffers must hold the largest read the INIT answer
@@ -73,8 +83,11 @@ pub const RING_MAX_PAGES: u16 = 32;
 pub struct TransportInfo {
     /// Whether the ring carries them (else /dev/fuse).
     pub uring: bool,
-    /// Bytes of the ring's buffers and queues (0 on /dev/fuse).
+    /// Bytes of the ring's buffers and queues allocated (0 on /dev/fuse). Payload buffers are
+    /// resident only once used.
     pub ring_memory: usize,
+    /// Ring entries registered with the kernel (0 on /dev/fuse).
+    pub ring_entries: usize,
     /// Requests answered over the ring so far.
     pub ring_requests: u64,
 }
@@ -140,11 +153,15 @@ impl RingState {
     pub(crate) fn info(&self) -> TransportInfo {
         let guard = self.transport.lock().unwrap_or_else(|e| e.into_inner());
         match guard.as_ref() {
-            Some(transport) => TransportInfo {
-                uring: true,
-                ring_memory: ring_memory(transport.config()),
-                ring_requests: transport.stats().requests(),
-            },
+            Some(transport) => {
+                let stats = transport.stats();
+                TransportInfo {
+                    uring: true,
+                    ring_memory: transport.memory(),
+                    ring_entries: stats.entries,
+                    ring_requests: stats.requests(),
+                }
+            }
             None => TransportInfo::default(),
         }
     }
@@ -179,11 +196,14 @@ impl RingState {
         send: impl FnOnce(&[IoSlice<'_>]),
     ) {
         let offered = init_flags(request).is_some_and(|(f, f2)| init_offers_uring(f, f2));
+        // How long the ring's two steps hold up INIT's thread (and so the mount's readiness).
+        let started = std::time::Instant::now();
         let prepared = if offered {
             let handler = Arc::new(RingHandler {
                 dispatcher: dispatcher.clone(),
             });
             UringConfig::for_init(RING_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
+                .map(|config| config.idle_start(RING_PER_CPU_AFTER))
                 .and_then(|config| Transport::prepare(self.device.as_fd(), &config, handler))
                 .map_err(|e| tracing::warn!("{e}; serving over /dev/fuse instead"))
                 .ok()
@@ -201,12 +221,19 @@ impl RingState {
             None => dispatcher.dispatch(request),
         };
         let Some(answer) = answer else { return };
+        let prepare_time = started.elapsed();
         send(&answer.io_slices());
         let accepted = answer.errno() == 0;
         answer.replied();
         if let (Some(prepared), true) = (prepared, accepted) {
+            let registering = std::time::Instant::now();
             match prepared.register() {
                 Ok(transport) => {
+                    tracing::debug!(
+                        "FUSE over io_uring: prepared in {} us, registered in {} us",
+                        prepare_time.as_micros(),
+                        registering.elapsed().as_micros()
+                    );
                     *self.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport)
                 }
                 Err(e) => tracing::warn!("{e}; the kernel serves over /dev/fuse instead"),

@@ -148,6 +148,10 @@ pub struct ImageStatus {
     /// the blob file system's, shared by its mounts).
     #[serde(default)]
     pub ring_memory_bytes: u64,
+    /// Ring entries of the io_uring transport registered with the kernel (0 on /dev/fuse): one
+    /// per CPU while the mount is idle, more once it was busy.
+    #[serde(default)]
+    pub ring_entries: u64,
     /// Requests answered over the io_uring transport.
     #[serde(default)]
     pub ring_requests: u64,

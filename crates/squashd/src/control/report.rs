@@ -402,6 +402,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         engine: served.probe.engine().to_string(),
         transport: transport.name().to_string(),
         ring_memory_bytes: transport.ring_memory as u64,
+        ring_entries: transport.ring_entries as u64,
         ring_requests: transport.ring_requests,
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),

@@ -245,8 +245,8 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "uring",
         root_only: None,
         value: Value::Text("auto|on|off"),
-        // Off by default: on this kernel the ring measured slower for parallel cold walks
-        // (bench/results/2026-11-26-fuse-uring.md, "Default").
+        // Off by default: the ring wins walks, but a daemon with many images is ready later
+        // over it, which issue 27 does not allow (bench/results/2026-11-26-uring-s6.md).
         default: DefaultValue::Value("off"),
         help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it, on \
                refuses to mount without it, off keeps /dev/fuse; the admin enables it with \

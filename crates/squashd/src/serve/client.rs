@@ -242,9 +242,10 @@ fn print_table(s: &Status) {
         }
         if i.ring_memory_bytes > 0 {
             println!(
-                "{:<width$} io_uring: {} of rings, {} requests over them",
+                "{:<width$} io_uring: {} of rings ({} entries), {} requests over them",
                 "",
                 mib(i.ring_memory_bytes),
+                i.ring_entries,
                 i.ring_requests
             );
         }

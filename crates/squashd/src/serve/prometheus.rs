@@ -343,6 +343,7 @@ mod tests {
             engine: "kernel".into(),
             transport: "dev-fuse".into(),
             ring_memory_bytes: 0,
+            ring_entries: 0,
             ring_requests: 0,
             translation: None,
             remote: None,

@@ -1,0 +1,167 @@
+//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: pinned to
+//! one CPU with entries of that CPU's queue, or the idle start's unpinned thread with one entry
+//! of every CPU's queue), and its body: pin, wait for the go-ahead, enable the ring made for it,
+//! register the entries, serve them (`queue.rs`) until the kernel lets go of them.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use crate::queue::Queue;
+use crate::transport::QueueContext;
+use crate::{Handler, UringConfig, UringError};
+
+/// How a queue thread ended.
+#[derive(Debug, Default)]
+pub(crate) struct QueueEnd {
+    /// Bytes of entry buffers left allocated because the kernel might still hold them (the
+    /// transport was shut down while the file system was still mounted).
+    pub(crate) leaked_bytes: usize,
+    /// An error other than the kernel's end of connection, if any.
+    pub(crate) error: Option<String>,
+}
+
+/// Which entries a queue thread holds, and where it runs.
+pub(crate) struct QueueLayout {
+    /// The kernel queue (CPU) of each of the thread's entries.
+    entry_qids: Vec<u16>,
+    /// The CPU the thread is pinned to, if any.
+    cpu: Option<u16>,
+    /// After how many answered requests the thread starts the per-CPU queues (idle start).
+    per_cpu_after: Option<u64>,
+}
+
+impl QueueLayout {
+    /// One thread per CPU, pinned to it, with `config.queue_depth` entries of its CPU's queue.
+    pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
+        let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
+        (0..config.cpus)
+            .map(|cpu| {
+                let qid = qid(cpu)?;
+                Ok(QueueLayout {
+                    entry_qids: vec![qid; depth],
+                    cpu: Some(qid),
+                    per_cpu_after: None,
+                })
+            })
+            .collect()
+    }
+
+    /// The idle start's one thread: one entry of every CPU's queue, unpinned (requests of
+    /// every CPU come to it), starting the per-CPU threads after `per_cpu_after` answers.
+    pub(crate) fn all_cpus(cpus: usize, per_cpu_after: u64) -> Result<QueueLayout, UringError> {
+        Ok(QueueLayout {
+            entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
+            cpu: None,
+            per_cpu_after: Some(per_cpu_after),
+        })
+    }
+
+    /// `fuse-uring-N` for CPU N's thread, `fuse-uring` for the idle start's.
+    pub(crate) fn thread_name(&self) -> String {
+        match self.cpu {
+            Some(cpu) => format!("fuse-uring-{cpu}"),
+            None => "fuse-uring".to_string(),
+        }
+    }
+
+    /// The kernel queue (CPU) of each of the thread's entries.
+    pub(crate) fn entry_qids(&self) -> &[u16] {
+        &self.entry_qids
+    }
+
+    /// How errors name this thread's queue.
+    pub(crate) fn label(&self) -> String {
+        match self.cpu {
+            Some(cpu) => format!("queue {cpu}"),
+            None => "the idle queue thread".to_string(),
+        }
+    }
+}
+
+fn qid(cpu: usize) -> Result<u16, UringError> {
+    u16::try_from(cpu).map_err(|_| UringError::Config(format!("CPU {cpu}: too many queues")))
+}
+
+/// A queue thread's link to the INIT reply: where it reports its registration, and the
+/// go-ahead to register (closed to give up).
+pub(crate) type Handshake = (Sender<Result<(), UringError>>, Receiver<()>);
+
+/// Everything a queue thread needs.
+pub(crate) struct QueueStart<H> {
+    pub(crate) layout: QueueLayout,
+    /// Its ring and buffers, made by the thread that starts it ([`Queue::new`]).
+    pub(crate) queue: Queue,
+    pub(crate) context: QueueContext<H>,
+    /// Keeps the eventfd the queue reads (by number) open for the thread's life.
+    pub(crate) wake: Arc<OwnedFd>,
+    /// Told once the entries are registered (or why not), and the go-ahead to register (sent
+    /// after the INIT reply; closed to give up). `None`: the connection is initialized
+    /// already, register at once.
+    pub(crate) handshake: Option<Handshake>,
+}
+
+/// The body of a queue thread.
+pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
+    let QueueStart {
+        layout,
+        mut queue,
+        context,
+        wake: _wake,
+        handshake,
+    } = start;
+    // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
+    // keeps the request's data in its caches. A CPU that is offline or outside this process's
+    // affinity leaves the thread unpinned: its queue still works, only without that locality.
+    if let Some(cpu) = layout.cpu {
+        pin_to_cpu(usize::from(cpu));
+    }
+    let (shared, handler) = (Arc::clone(&context.shared), Arc::clone(&context.handler));
+    let ready = match handshake {
+        Some((ready, go)) => {
+            if go.recv().is_err() {
+                // The transport was dropped before INIT: nothing reached the kernel.
+                return queue.close(None);
+            }
+            Some(ready)
+        }
+        None => None,
+    };
+    // This thread becomes the ring's one submitter (it was made disabled elsewhere).
+    let registered = queue.enable().and_then(|()| queue.register());
+    if let Err(error) = registered {
+        // Entries registered before the failure stay with the kernel: close keeps their memory.
+        let message = error.to_string();
+        let end = queue.close(None);
+        return match ready {
+            Some(ready) => {
+                let _ = ready.send(Err(error));
+                end
+            }
+            None => QueueEnd {
+                error: Some(message),
+                ..end
+            },
+        };
+    }
+    shared
+        .entries
+        .fetch_add(queue.entry_count(), Ordering::Relaxed);
+    if let Some(ready) = ready {
+        let _ = ready.send(Ok(()));
+    }
+    let busy = layout.per_cpu_after.map(|after| {
+        (after, move || {
+            crate::transport::start_per_cpu_queues(&context).map_err(|e| e.to_string())
+        })
+    });
+    queue.serve(&*handler, &shared, busy)
+}
+
+fn pin_to_cpu(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}

@@ -197,15 +197,8 @@ impl ImageInner {
             out.resize(self.stored_size(pos, size, max_len)?, 0);
             self.read_at(pos, out)?;
         } else {
-            // Read into this thread's buffer: no allocation, zeroing or copy per block.
             let stored = self.stored_size(pos, size, max_len)?;
-            SCRATCH.with(|scratch| {
-                let raw = &mut scratch.borrow_mut().stored;
-                if raw.len() < stored {
-                    raw.resize(stored, 0);
-                }
-                let raw = &mut raw[..stored];
-                self.read_at(pos, raw)?;
+            self.with_stored_bytes(pos, stored, |raw| {
                 self.decompress_block(pos, raw, max_len, out)
             })?;
         }
@@ -248,15 +241,8 @@ impl ImageInner {
                         self.read_at(pos, &mut out[..stored])?;
                         stored
                     } else {
-                        // Read into this thread's buffer: no allocation, zeroing or copy per block.
                         let stored = self.stored_size(pos, size, len)?;
-                        SCRATCH.with(|scratch| {
-                            let raw = &mut scratch.borrow_mut().stored;
-                            if raw.len() < stored {
-                                raw.resize(stored, 0);
-                            }
-                            let raw = &mut raw[..stored];
-                            self.read_at(pos, raw)?;
+                        self.with_stored_bytes(pos, stored, |raw| {
                             decompress(self.superblock.compressor, raw, out)
                                 .map_err(|e| self.corrupt(pos, format!("data block: {e}")))
                         })?
@@ -270,6 +256,26 @@ impl ImageInner {
         Ok(match found {
             Cached::Held(block) => Some(block),
             Cached::Elsewhere(()) => None,
+        })
+    }
+
+    /// Reads the `stored` bytes of the block at `pos` into this thread's buffer and hands them
+    /// to `use_bytes`: no allocation, zeroing or copy per block once the buffer has grown to a
+    /// block. `use_bytes` must not read another block this way (the buffer is borrowed).
+    fn with_stored_bytes<T>(
+        &self,
+        pos: u64,
+        stored: usize,
+        use_bytes: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        SCRATCH.with(|scratch| {
+            let raw = &mut scratch.borrow_mut().stored;
+            if raw.len() < stored {
+                raw.resize(stored, 0);
+            }
+            let raw = &mut raw[..stored];
+            self.read_at(pos, raw)?;
+            use_bytes(raw)
         })
     }
 

@@ -314,25 +314,7 @@ impl FileReader {
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let size = self.body.file_size;
-        if offset >= size || buf.is_empty() {
-            return Ok(0);
-        }
-        let end = size.min(offset.saturating_add(buf.len() as u64));
-        let bs = self.block_size() as u64;
-        let mut pos = offset;
-        while pos < end {
-            let chunk = self.chunk(pos / bs)?;
-            let within = (pos % bs) as usize;
-            let n = ((end - pos) as usize).min(chunk.len() - within);
-            let out = &mut buf[(pos - offset) as usize..][..n];
-            match &chunk {
-                Chunk::Zeros(_) => out.fill(0),
-                Chunk::Data { .. } => out.copy_from_slice(&chunk.bytes()[within..within + n]),
-            }
-            pos += n as u64;
-        }
-        Ok((end - offset) as usize)
+        self.read_range(offset, buf, false)
     }
 
     /// Reads up to `buf.len()` bytes at `offset`, as [`FileReader::read_at`], for a reader that
@@ -344,6 +326,11 @@ impl FileReader {
     /// part of, and the tail end (its fragment block is shared with other files) come through
     /// the cache and are copied. Returns how many bytes were read (0 at the end).
     pub fn read_once_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_range(offset, buf, true)
+    }
+
+    /// [`FileReader::read_at`], and with `once` [`FileReader::read_once_at`].
+    fn read_range(&self, offset: u64, buf: &mut [u8], once: bool) -> Result<usize> {
         let size = self.body.file_size;
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -355,17 +342,22 @@ impl FileReader {
             let index = pos / bs;
             let within = (pos % bs) as usize;
             let out = &mut buf[(pos - offset) as usize..(end - offset) as usize];
-            let len = self.chunk_len(index)?;
-            let whole = within == 0 && out.len() >= len;
-            if let (true, Some(Some(block))) = (whole, self.blocks.get(index)) {
-                let out = &mut out[..len];
-                let inner = &self.image.inner;
-                if let Some(data) = inner.data_block_to_slice(block.start, block.size, out)? {
-                    self.check_block_len(index, block.start, data.len(), len)?;
-                    out.copy_from_slice(&data);
+            if once {
+                let len = self.chunk_len(index)?;
+                if within == 0 && out.len() >= len {
+                    if let Some(Some(block)) = self.blocks.get(index) {
+                        let out = &mut out[..len];
+                        let inner = &self.image.inner;
+                        if let Some(data) =
+                            inner.data_block_to_slice(block.start, block.size, out)?
+                        {
+                            self.check_block_len(index, block.start, data.len(), len)?;
+                            out.copy_from_slice(&data);
+                        }
+                        pos += len as u64;
+                        continue;
+                    }
                 }
-                pos += len as u64;
-                continue;
             }
             let chunk = self.chunk(index)?;
             let n = out.len().min(chunk.len() - within);

@@ -15,10 +15,21 @@ use common::testfs::{big_byte, BIG_SIZE, SMALL_CONTENT};
 use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
 use nix::mount::MntFlags;
 use squashd_fuse_uring::{
-    ring_memory, KernelSupport, UringConfig, UringError, ENABLE_URING_PARAMETER,
+    ring_memory, KernelSupport, Transport, TransportEnd, UringConfig, UringError,
+    ENABLE_URING_PARAMETER,
 };
 
 const BOUND: Duration = Duration::from_secs(10);
+
+/// Shuts `transport` down on another thread and waits at most [`BOUND`] for it: a shutdown
+/// that hangs fails the test instead of hanging it.
+fn shutdown_within_bound(transport: Transport) -> TransportEnd {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(transport.shutdown()));
+    done_rx
+        .recv_timeout(BOUND)
+        .expect("shutdown returns while mounted")
+}
 
 macro_rules! skip_unless_possible {
     () => {
@@ -236,11 +247,7 @@ fn shutdown_while_mounted_stops_the_queues() {
         SMALL_CONTENT
     );
     let transport = mount.transport.take().expect("transport");
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done_tx.send(transport.shutdown()));
-    let end = done_rx
-        .recv_timeout(BOUND)
-        .expect("shutdown returns while mounted");
+    let end = shutdown_within_bound(transport);
     // The kernel keeps the entries' addresses until the connection ends: their buffers stay.
     assert_eq!(
         end.leaked_bytes,
@@ -560,11 +567,7 @@ fn shutdown_while_mounted_after_growing_stops_every_queue_thread() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(transport.stats().queue_threads, 1 + cpus());
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done_tx.send(transport.shutdown()));
-    let end = done_rx
-        .recv_timeout(BOUND)
-        .expect("shutdown returns while mounted");
+    let end = shutdown_within_bound(transport);
     // Every entry (the idle thread's and the per-CPU ones) stays with the kernel until the
     // connection ends, so every buffer is kept.
     assert_eq!(

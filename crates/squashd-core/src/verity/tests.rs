@@ -87,13 +87,24 @@ fn open(
     tree: Vec<u8>,
     location: &TreeLocation,
 ) -> Result<VeritySource, VerityError> {
+    open_with(data, data_start, tree, location, small_caches())
+}
+
+/// [`open`] with the caches given.
+fn open_with(
+    data: Vec<u8>,
+    data_start: u64,
+    tree: Vec<u8>,
+    location: &TreeLocation,
+    caches: Arc<crate::Caches>,
+) -> Result<VeritySource, VerityError> {
     VeritySource::new(
         "test.img".into(),
         Arc::new(MemorySource::new(data)),
         data_start,
         Arc::new(MemorySource::new(tree)),
         location,
-        small_caches(),
+        caches,
     )
 }
 
@@ -323,15 +334,7 @@ fn hash_blocks_and_the_bitmap_stay_within_the_metadata_budget() {
     let (data, tree, location) = patterned_tree(blocks, blocks as usize * 4096);
     let caches = small_caches();
     let budget = caches.budgets().metadata_bytes;
-    let source = VeritySource::new(
-        "big".into(),
-        Arc::new(MemorySource::new(data.clone())),
-        0,
-        Arc::new(MemorySource::new(tree)),
-        &location,
-        caches.clone(),
-    )
-    .unwrap();
+    let source = open_with(data.clone(), 0, tree, &location, caches.clone()).unwrap();
     // Every block, read twice in strides that leave each hash block before coming back.
     let mut buf = vec![0u8; 4096];
     for round in 0..2 {
@@ -384,15 +387,7 @@ fn with_no_metadata_cache_a_check_reads_one_hash_block_not_the_path_to_the_root(
     };
     // metadata_cache=0: no hash block of the bottom level is kept between checks.
     let caches = Arc::new(crate::Caches::new(&crate::CacheBudgets::new(0, 0)));
-    let source = VeritySource::new(
-        "uncached".into(),
-        Arc::new(MemorySource::new(data.clone())),
-        0,
-        Arc::new(MemorySource::new(tree)),
-        &location,
-        caches.clone(),
-    )
-    .unwrap();
+    let source = open_with(data.clone(), 0, tree, &location, caches.clone()).unwrap();
     assert_eq!(source.stats().hash_block_loads, 1, "the top block, at open");
     // One data block under each bottom hash block, twice over.
     let mut buf = [0u8; 512];

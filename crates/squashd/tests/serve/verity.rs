@@ -57,6 +57,21 @@ pub(crate) fn verity_image(
     (image, tree, root, a, b)
 }
 
+/// A daemon that lets [`USER`] attach, started in `scratch` and ready.
+pub(crate) fn user_daemon(scratch: &Scratch, name: &str) -> Daemon {
+    let mut daemon = Daemon::start(scratch.path(), name, &format!("allow_uids = [{USER}]\n"));
+    daemon.wait_ready(Duration::from_secs(30));
+    daemon
+}
+
+/// An empty directory `mnt` in `scratch` that [`USER`] owns, to attach on.
+pub(crate) fn user_mountpoint(scratch: &Scratch) -> PathBuf {
+    let mnt = scratch.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    chown(&mnt, USER);
+    mnt
+}
+
 pub(crate) fn have_veritysetup() -> bool {
     if testkit::have_tool("veritysetup") {
         return true;
@@ -179,20 +194,13 @@ fn a_users_verity_files_must_be_theirs_to_read() {
     use std::os::unix::fs::PermissionsExt;
     let scratch = Scratch::new();
     let (image, tree, root, _, _) = verity_image(&scratch.path().join("img"), 30, false);
-    let mnt = scratch.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    chown(&mnt, USER);
+    let mnt = user_mountpoint(&scratch);
     // The tree, readable by root alone, and a copy the user may read.
     fs::set_permissions(&tree, fs::Permissions::from_mode(0o600)).unwrap();
     let readable = scratch.path().join("tree-readable");
     fs::copy(&tree, &readable).unwrap();
     fs::set_permissions(&readable, fs::Permissions::from_mode(0o644)).unwrap();
-    let mut daemon = Daemon::start(
-        scratch.path(),
-        "verity-user",
-        &format!("allow_uids = [{USER}]\n"),
-    );
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = user_daemon(&scratch, "verity-user");
     let sock = daemon.socket.clone();
 
     // A tree the user cannot read: refused, naming it; nothing mounted.
@@ -290,9 +298,7 @@ fn a_root_hash_swapped_beside_a_users_image_after_the_check_is_not_read() {
     }
     let scratch = Scratch::new();
     let (image, tree, root, _, _) = verity_image(&scratch.path().join("img"), 40, false);
-    let mnt = scratch.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    chown(&mnt, USER);
+    let mnt = user_mountpoint(&scratch);
     let beside_tree = PathBuf::from(format!("{}.verity", image.display()));
     fs::copy(&tree, &beside_tree).unwrap();
     fs::set_permissions(&beside_tree, fs::Permissions::from_mode(0o644)).unwrap();
@@ -310,12 +316,7 @@ fn a_root_hash_swapped_beside_a_users_image_after_the_check_is_not_read() {
     fs::set_permissions(&decoy, fs::Permissions::from_mode(0o644)).unwrap();
     let beside = PathBuf::from(format!("{}.roothash", image.display()));
     std::os::unix::fs::symlink(&decoy, &beside).unwrap();
-    let mut daemon = Daemon::start(
-        scratch.path(),
-        "verity-swap",
-        &format!("allow_uids = [{USER}]\n"),
-    );
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = user_daemon(&scratch, "verity-swap");
 
     // As soon as the user's check has opened the decoy, IMAGE.roothash becomes the secret
     // (in one rename): a daemon that read the file again by its name would read the right

@@ -1,7 +1,9 @@
 //! A user's verity files are read through the descriptors the daemon opened with the user's
 //! rights (`/proc/self/fd/N`); the errors about them name them as the user did.
 
-use super::verity::{attach_as, have_veritysetup, verity_image, USER};
+use super::verity::{
+    attach_as, have_veritysetup, user_daemon, user_mountpoint, verity_image, USER,
+};
 use super::*;
 
 /// That `err` is one line naming `path`, and no descriptor of the daemon's.
@@ -18,20 +20,13 @@ fn errors_about_a_users_verity_files_name_them_as_given() {
     }
     let scratch = Scratch::new();
     let (image, tree, root, _, _) = verity_image(&scratch.path().join("img"), 40, false);
-    let mnt = scratch.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    chown(&mnt, USER);
+    let mnt = user_mountpoint(&scratch);
     // Files the user may read that are not what they claim to be.
     let garbage = scratch.path().join("not-a-tree");
     fs::write(&garbage, vec![0x5a; 8192]).unwrap();
     let sig = scratch.path().join("not-a-signature.p7s");
     fs::write(&sig, b"not a signature").unwrap();
-    let mut daemon = Daemon::start(
-        scratch.path(),
-        "verity-names",
-        &format!("allow_uids = [{USER}]\n"),
-    );
-    daemon.wait_ready(Duration::from_secs(30));
+    let mut daemon = user_daemon(&scratch, "verity-names");
     let sock = daemon.socket.clone();
 
     // verity_data= that holds no verity superblock.

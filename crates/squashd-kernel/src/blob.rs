@@ -3,8 +3,8 @@
 //! reads of the blob become reads of the files through the image's caches. Nothing is stored:
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
-use crate::block_fill::BlockFill;
-use squashd_core::read_ahead::{ReadAheadPool, ReadState};
+use crate::block_fill::{BlockFill, SweepBlock};
+use squashd_core::read_ahead::{RandomSweep, ReadAheadPool, ReadState, SweepState, SweepStats};
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Chunk, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,6 +123,9 @@ pub struct Blob {
     /// Failed reads and the last one's error, counted as a FUSE mount counts them.
     probe: squashd_fuse::MountProbe,
     block_fill: BlockFill,
+    /// Blocks brought in beside random readers, and each file's sweep, by index in the layout.
+    sweep: RandomSweep,
+    sweeps: Vec<SweepState>,
 }
 
 impl Blob {
@@ -130,6 +133,7 @@ impl Blob {
     pub fn new(image: Image, layout: BlobLayout, read_ahead: ReadAhead) -> Self {
         let window = read_ahead.bytes / u64::from(image.block_size().max(1));
         let reading = layout.files.iter().map(|_| ReadState::default()).collect();
+        let sweeps = layout.files.iter().map(|_| SweepState::default()).collect();
         Blob {
             image,
             layout,
@@ -140,7 +144,21 @@ impl Blob {
             fill_reads: AtomicU64::new(0),
             probe: squashd_fuse::MountProbe::default(),
             block_fill: BlockFill::new(),
+            sweep: RandomSweep::new(read_ahead.threads > 0 && window > 0),
+            sweeps,
         }
+    }
+
+    /// The same blob with `sweep` bringing in blocks beside random readers (by default, one
+    /// that sweeps when read-ahead is on and the CPUs are not busy).
+    pub fn with_sweep(mut self, sweep: RandomSweep) -> Self {
+        self.sweep = sweep;
+        self
+    }
+
+    /// What the sweeps beside random readers did.
+    pub fn sweep_stats(&self) -> SweepStats {
+        self.sweep.stats()
     }
 
     /// Reads served.
@@ -232,18 +250,41 @@ impl Blob {
     }
 
     /// Asks EROFS to read the rest of each block a reader's random read took part of (see
-    /// [`BlockFill`]). Blocks read in order are left to read-ahead.
+    /// [`BlockFill`]), and the blocks the file's random sweep brings in beside it (see
+    /// [`RandomSweep`]). Blocks read in order are left to read-ahead.
     pub fn fill_rest(&self, parts: &[PartRead]) {
+        let bs = u64::from(self.image.block_size().max(1));
         for part in parts.iter().filter(|p| p.random) {
-            let Some(file) = self.layout.files.get(part.file) else {
+            let (Some(file), Some(state)) =
+                (self.layout.files.get(part.file), self.sweeps.get(part.file))
+            else {
                 continue;
             };
             let Some(nid) = file.nid else {
                 continue;
             };
+            let chunks = file.size.div_ceil(bs);
+            let candidates = self.sweep.candidates(state, part.file_offset / bs, chunks);
+            let sweep: Vec<SweepBlock> = candidates
+                .iter()
+                .map(|&index| {
+                    let offset = index * bs;
+                    SweepBlock {
+                        block: (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
+                        offset,
+                        len: bs.min(file.size - offset),
+                    }
+                })
+                .collect();
             let block = part.blob_offset / BLOB_BLOCK;
             let len = part.chunk.len() as u64;
-            self.block_fill.fill(block, nid, part.file_offset, len);
+            let take = self.sweep.per_miss() as usize;
+            let (_, swept) = self
+                .block_fill
+                .fill(block, nid, part.file_offset, len, &sweep, take);
+            for i in swept {
+                self.sweep.swept(state, candidates[i]);
+            }
         }
     }
 

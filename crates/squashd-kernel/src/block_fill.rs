@@ -14,6 +14,13 @@
 //! read-ahead does not wait for the data: EROFS reads the blob with direct I/O, which FUSE sends
 //! as asynchronous requests (FUSE_ASYNC_DIO), answered by the other request threads.
 //!
+//! A file read at random also gets other blocks brought in beside the reader, on idle cores:
+//! with the same descriptor, the fill advises the blocks its file's random sweep names
+//! ([`squashd_core::read_ahead::RandomSweep`]), skipping those EROFS's page cache holds whole
+//! (cachestat(2)). The request threads that answer them decompress them while the reader goes
+//! on; a reader that then comes to such a block finds it cached, or waits for the read in
+//! flight, rather than missing it and waiting for a whole decompression of its own.
+//!
 //! The descriptor is opened and closed before the read that asked for the fill is answered.
 //! The reader is then inside a read of a file of the mount, which keeps the mount busy anyway:
 //! the fill never makes an `umount` fail (EBUSY) that would otherwise succeed. Nothing of the
@@ -48,6 +55,18 @@ const RECENT: usize = 64;
 /// rare (its pages are cached, or being read for the fill, which the reader waits for) and
 /// costs only the read-ahead it might have asked for.
 const FILL_MS: u64 = 2000;
+
+/// A block a random reader's sweep may bring in: where it starts in the blob (in 4 KiB blocks,
+/// as [`BlockFill::is_filling`] takes it), and its bytes in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepBlock {
+    /// Its first 4 KiB block in the blob.
+    pub block: u64,
+    /// Where it starts in the file.
+    pub offset: u64,
+    /// Its length in the file.
+    pub len: u64,
+}
 
 /// How file handles of the mounted EROFS are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,24 +183,55 @@ impl BlockFill {
     }
 
     /// Asks EROFS to read bytes `offset..offset + len` of the file with nid `nid` ahead, the
-    /// rest of blob block `block`. Returns whether it could be asked.
-    pub fn fill(&self, block: u64, nid: u64, offset: u64, len: u64) -> bool {
+    /// rest of blob block `block`; then, of `sweep`'s blocks of the same file (a random
+    /// reader's sweep, [`squashd_core::read_ahead::RandomSweep`]), asks for the first `take`
+    /// that EROFS's page cache does not hold whole. Returns whether the rest could be asked
+    /// for, and the positions in `sweep` of the blocks asked for.
+    pub fn fill(
+        &self,
+        block: u64,
+        nid: u64,
+        offset: u64,
+        len: u64,
+        sweep: &[SweepBlock],
+        take: usize,
+    ) -> (bool, Vec<usize>) {
+        let mut swept = Vec::new();
         if self.target.get().is_none() {
-            return false;
+            return (false, swept);
         }
         let Some(mounted) = self.mounted() else {
             self.failures.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return (false, swept);
         };
         self.remember(block);
-        let asked = advise(mounted, nid, offset, len).is_ok();
+        let file = match open_file(mounted, nid) {
+            Ok(file) => file,
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                return (false, swept);
+            }
+        };
+        let asked = advise(&file, offset, len).is_ok();
         if asked {
             self.fills.fetch_add(1, Ordering::Relaxed);
             self.filled_bytes.fetch_add(len, Ordering::Relaxed);
         } else {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        asked
+        for (i, candidate) in sweep.iter().enumerate() {
+            if swept.len() >= take {
+                break;
+            }
+            if cached_whole(&file, candidate.offset, candidate.len) {
+                continue;
+            }
+            self.remember(candidate.block);
+            if advise(&file, candidate.offset, candidate.len).is_ok() {
+                swept.push(i);
+            }
+        }
+        (asked, swept)
     }
 
     /// Remembers that blob block `block` is being filled, for [`BlockFill::is_filling`].
@@ -264,8 +314,8 @@ fn erofs_dev(source: &Path) -> std::io::Result<u64> {
     )))
 }
 
-/// Opens the file `nid` of the mount and advises the kernel to read `offset..offset + len`.
-fn advise(mounted: &Mounted, nid: u64, offset: u64, len: u64) -> std::io::Result<()> {
+/// Opens the file `nid` of the mount, if the mount is still where it was.
+fn open_file(mounted: &Mounted, nid: u64) -> std::io::Result<OwnedFd> {
     // Not O_PATH: open_by_handle_at(2) refuses such a descriptor (EBADF).
     let root = rustix::fs::open(
         &mounted.mountpoint,
@@ -275,7 +325,11 @@ fn advise(mounted: &Mounted, nid: u64, offset: u64, len: u64) -> std::io::Result
     if rustix::fs::fstat(&root)?.st_dev != mounted.dev {
         return Err(std::io::ErrorKind::NotFound.into());
     }
-    let file = open_by_nid(&root, mounted.handles, nid)?;
+    open_by_nid(&root, mounted.handles, nid)
+}
+
+/// Advises the kernel to read `offset..offset + len` of `file`.
+fn advise(file: &OwnedFd, offset: u64, len: u64) -> std::io::Result<()> {
     let end = offset.saturating_add(len);
     let mut at = offset;
     while at < end {
@@ -283,11 +337,57 @@ fn advise(mounted: &Mounted, nid: u64, offset: u64, len: u64) -> std::io::Result
         let Some(piece) = std::num::NonZeroU64::new(piece) else {
             break;
         };
-        rustix::fs::fadvise(&file, at, Some(piece), Advice::WillNeed)?;
+        rustix::fs::fadvise(file, at, Some(piece), Advice::WillNeed)?;
         at += piece.get();
     }
     Ok(())
 }
+
+/// `struct cachestat_range` of cachestat(2).
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+/// `struct cachestat` of cachestat(2).
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// cachestat(2)'s number: 451 in the table every architecture shares for system calls added
+/// since 5.1 (libc does not name it for every target yet).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Whether every page of `offset..offset + len` of `file` is in the page cache (cachestat(2),
+/// Linux 6.5+: a count, without mapping the file); false when it cannot be told.
+fn cached_whole(file: &OwnedFd, offset: u64, len: u64) -> bool {
+    let range = CachestatRange { off: offset, len };
+    let mut stat = Cachestat::default();
+    // SAFETY: cachestat(fd, const struct cachestat_range *, struct cachestat *, flags) reads
+    // `range` and writes `stat`, both live `repr(C)` structs of the kernel's layout (five and
+    // two u64s), and takes no pointer past the call.
+    let done = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0u32,
+        )
+    };
+    done == 0 && stat.nr_cache.saturating_mul(BLOB_PAGE) >= len
+}
+
+/// The page size the cachestat(2) counts are in (4 KiB on the machines EROFS file-backed
+/// mounts run on; a larger page only makes a block look cached sooner).
+const BLOB_PAGE: u64 = 4096;
 
 /// A file handle as `name_to_handle_at(2)` and `open_by_handle_at(2)` take it, with room for
 /// the handles EROFS gives (and for any other kind, up to MAX_HANDLE_SZ, when probing).

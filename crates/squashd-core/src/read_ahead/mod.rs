@@ -32,6 +32,10 @@
 //!   the kernel path fell to a third; bench/results/2026-11-26-readahead.md.) Nothing is queued
 //!   beyond a full queue either.
 //!
+//! A reader that seeks gets none of this; a file read at random may instead have blocks brought
+//! in beside its reader on idle cores, by the caller that serves it ([`RandomSweep`], with its
+//! own rules for where that pays).
+//!
 //! Workers call [`FileReader::chunk`], which leaves the block in the image's data cache, where
 //! the reader finds it (or waits for the single load in flight). Memory stays bounded: the queue
 //! holds at most `queue` jobs, and the blocks land in the data cache, which has its own byte
@@ -45,11 +49,13 @@
 mod run_queue;
 mod stats;
 mod stream;
+mod sweep;
 
 pub use run_queue::CpuGauge;
 pub(crate) use stats::ReadAheadCounters;
 pub use stats::ReadAheadStats;
 pub use stream::ReadState;
+pub use sweep::{RandomSweep, SweepState, SweepStats};
 
 use crate::workers::Workers;
 use crate::FileReader;

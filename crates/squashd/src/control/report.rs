@@ -102,6 +102,9 @@ impl Probe {
                     fills: r.fills,
                     filled_bytes: r.filled_bytes,
                     fill_failures: r.fill_failures,
+                    swept: r.swept,
+                    sweeps_wasted: r.sweeps_wasted,
+                    sweep_busy_skips: r.sweep_busy_skips,
                     // Looked at after the registry's lock is released (a FUSE request).
                     blob_cached_bytes: None,
                 })

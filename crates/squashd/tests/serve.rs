@@ -177,6 +177,13 @@ impl Daemon {
         Daemon::start_with(scope, name, config, file.into())
     }
 
+    /// [`Daemon::start`], then waits (up to 30 s) until it says it is ready.
+    fn ready(scope: &Path, name: &str, config: &str) -> Daemon {
+        let mut daemon = Daemon::start(scope, name, config);
+        daemon.wait_ready(Duration::from_secs(30));
+        daemon
+    }
+
     /// [`Daemon::start`] with the daemon's stderr given (then `stderr()` reads nothing).
     fn start_with(scope: &Path, name: &str, config: &str, stderr_to: Stdio) -> Daemon {
         let socket = scope.join(format!("{name}.sock"));

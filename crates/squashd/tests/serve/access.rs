@@ -113,7 +113,7 @@ fn mount_points_on_pseudo_read_only_or_mount_roots_are_refused() {
     testkit::mksquashfs(&tree, &owned_img, &["-no-progress", "-quiet"]);
     let shared = scratch.path().join("mnt/shared");
     fs::create_dir_all(&shared).unwrap();
-    let mut daemon = Daemon::start(
+    let daemon = Daemon::ready(
         scratch.path(),
         "where",
         &format!(
@@ -121,7 +121,6 @@ fn mount_points_on_pseudo_read_only_or_mount_roots_are_refused() {
             image_entry(&owned_img, &shared, "allow_other,fuse")
         ),
     );
-    daemon.wait_ready(Duration::from_secs(30));
     let sock = daemon.socket.clone();
     let refused = |mnt: &Path, why: &str| {
         let (ok, err) = attach_as(USER, &sock, img, mnt, &[]);
@@ -222,8 +221,7 @@ fn a_users_mount_is_theirs_to_read_and_no_one_elses() {
     let (src, img, mnt) = &images[0];
     chown(mnt, USER);
     let config = format!("allow_uids = [{USER}, {OTHER}]\n");
-    let mut daemon = Daemon::start(scratch.path(), "owner", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let mut daemon = Daemon::ready(scratch.path(), "owner", &config);
     let (ok, err) = attach_as(USER, &daemon.socket, img, mnt, &[]);
     assert!(ok, "{err}");
     assert_same_tree_as(USER, src, mnt);
@@ -252,8 +250,7 @@ fn a_users_mount_is_theirs_to_read_and_no_one_elses() {
     daemon.child.wait().unwrap();
     let (ok, err) = reads_as(USER, &file);
     assert!(!ok && err.contains("not connected"), "{err}");
-    let mut restarted = Daemon::start(scratch.path(), "owner2", &config);
-    restarted.wait_ready(Duration::from_secs(30));
+    let restarted = Daemon::ready(scratch.path(), "owner2", &config);
     let (ok, err) = attach_as(USER, &restarted.socket, img, mnt, &[]);
     assert!(ok, "{err}");
     assert_eq!(mounts_under(mnt).len(), 1, "a live mount over a dead one");
@@ -276,8 +273,7 @@ fn attach_errors_do_not_tell_whether_a_path_exists() {
     fs::create_dir_all(secret.join("exists")).unwrap();
     chown(&secret.join("exists"), USER);
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
-    let mut daemon = Daemon::start(scratch.path(), "paths", &format!("allow_uids = [{USER}]\n"));
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "paths", &format!("allow_uids = [{USER}]\n"));
     let sock = daemon.socket.clone();
     let (ok_exists, exists) = attach_as(USER, &sock, img, &secret.join("exists"), &[]);
     let (ok_missing, missing) = attach_as(USER, &sock, img, &secret.join("missing"), &[]);
@@ -303,7 +299,7 @@ fn status_shows_a_user_only_their_own_images() {
     let (_, img0, root_mnt) = &images[0];
     let (_, img1, mnt1) = &images[1];
     let (_, img2, mnt2) = &images[2];
-    let mut daemon = Daemon::start(
+    let daemon = Daemon::ready(
         scratch.path(),
         "status",
         &format!(
@@ -311,7 +307,6 @@ fn status_shows_a_user_only_their_own_images() {
             image_entry(img0, root_mnt, "")
         ),
     );
-    daemon.wait_ready(Duration::from_secs(30));
     let sock = daemon.socket.clone();
     chown(mnt1, USER);
     chown(mnt2, OTHER);

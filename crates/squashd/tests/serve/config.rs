@@ -23,8 +23,7 @@ fn sif_partitions_are_served_from_the_config_and_by_attach() {
         partition("b", sif::PART_DATA, &b.1),
     ]);
     fs::write(&file, built.bytes).unwrap();
-    let mut daemon = Daemon::start(scratch.path(), "sif", &image_entry(&file, &a.2, ""));
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "sif", &image_entry(&file, &a.2, ""));
     assert_same_tree(&a.0, &a.2);
     let attached = daemon.request(
         json!({"op": "attach", "image": file, "mountpoint": b.2, "options": ["partition=2"]}),
@@ -43,8 +42,7 @@ fn sighup_reload_attaches_and_detaches_the_difference() {
     let images = build_images(scratch.path(), 4);
     let [a, b, c, d] = [&images[0], &images[1], &images[2], &images[3]];
     let config = image_entry(&a.1, &a.2, "") + &image_entry(&b.1, &b.2, "");
-    let mut daemon = Daemon::start(scratch.path(), "reload", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let mut daemon = Daemon::ready(scratch.path(), "reload", &config);
     let b_id = mount_id(&b.2).expect("B mounted");
     let b_data = fs::read(b.0.join("d/data.bin")).unwrap();
     let b_file = fs::File::open(b.2.join("d/data.bin")).unwrap();

@@ -100,8 +100,7 @@ fn a_flood_of_slow_connections_holds_no_threads_and_root_is_answered() {
         return;
     }
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(scratch.path(), "flood", "allow_uids = [65534]\n");
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "flood", "allow_uids = [65534]\n");
     let baseline = settled_footprint(daemon.pid()).1;
 
     // A uid the config does not name: refused on the accepting thread, each with the reason.
@@ -168,8 +167,7 @@ fn a_request_that_trickles_in_is_cut_off_by_its_deadline() {
         return;
     }
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(scratch.path(), "dribble", "allow_uids = [65534]\n");
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "dribble", "allow_uids = [65534]\n");
     let mut cmd = Command::new("python3");
     cmd.args(["-c", DRIBBLE]).arg(&daemon.socket).arg("20");
     let out = run_as(65534, cmd);

@@ -27,8 +27,7 @@ fn an_image_the_translation_refuses_is_attached_through_fuse_unless_kernel_was_a
     }
     let config = image_entry(&image, &auto, "allow_other")
         + &image_entry(&image, &kernel, "allow_other,kernel");
-    let mut daemon = Daemon::start(scratch.path(), "fallback", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "fallback", &config);
     assert_eq!(mount_type(&auto).as_deref(), Some("fuse.squashd"));
     assert_eq!(fs::read_to_string(auto.join("a")).unwrap(), "hello\n");
     assert_eq!(daemon.image_status(&auto)["engine"], "fuse");

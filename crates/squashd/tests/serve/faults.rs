@@ -46,8 +46,7 @@ fn damaged_image_fails_alone_and_bad_entries_are_named() {
         typo_mnt.display().to_string()
     );
     config += &image_entry(&images[0].1, &badopt_mnt, "bogus_option");
-    let mut daemon = Daemon::start(scratch.path(), "faults", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let mut daemon = Daemon::ready(scratch.path(), "faults", &config);
     let stderr = daemon.stderr();
     for named in ["nothere.sqfs", "typo.sqfs", "mountpiont", "bogus_option"] {
         assert!(stderr.contains(named), "{named} not reported:\n{stderr}");
@@ -165,8 +164,7 @@ fn restart_after_a_crash_reclaims_dead_mounts() {
     for (_, img, mnt) in &images {
         config += &image_entry(img, mnt, "");
     }
-    let mut crashed = Daemon::start(scratch.path(), "crash", &config);
-    crashed.wait_ready(Duration::from_secs(30));
+    let mut crashed = Daemon::ready(scratch.path(), "crash", &config);
     crashed.child.kill().unwrap();
     crashed.child.wait().unwrap();
     // Its guard would unmount what it left: the point is that the next daemon does.
@@ -179,8 +177,7 @@ fn restart_after_a_crash_reclaims_dead_mounts() {
     let dead = std::io::Error::last_os_error();
     assert_eq!(rc, -1);
     assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
-    let mut restarted = Daemon::start(scratch.path(), "restart", &config);
-    restarted.wait_ready(Duration::from_secs(30));
+    let restarted = Daemon::ready(scratch.path(), "restart", &config);
     for (src, _, mnt) in &images {
         assert_same_tree(src, mnt);
     }
@@ -203,8 +200,7 @@ fn replaced_images_and_doubled_mount_points_are_reported() {
     let (_, img1, _) = &images[1];
     let (_, img2, _) = &images[2];
     let config = image_entry(img0, mnt0, "") + &image_entry(img2, mnt0, "");
-    let mut daemon = Daemon::start(scratch.path(), "replaced", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "replaced", &config);
     let log = daemon.stderr();
     assert!(
         log.lines().any(|l| l.contains("image #2")

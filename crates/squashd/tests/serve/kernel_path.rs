@@ -25,8 +25,7 @@ fn kernel_path_images_attach_detach_and_survive_a_restart() {
         unreachable!()
     };
     let config = image_entry(img0, mnt0, "kernel") + &image_entry(img1, mnt1, "");
-    let mut daemon = Daemon::start(scratch.path(), "kernel", &config);
-    daemon.wait_ready(Duration::from_secs(30));
+    let mut daemon = Daemon::ready(scratch.path(), "kernel", &config);
     assert_eq!(mount_type(mnt0).as_deref(), Some("erofs"));
     assert_eq!(mount_type(mnt1).as_deref(), Some("fuse.squashd"));
     assert_same_tree(src0, mnt0);
@@ -71,8 +70,7 @@ fn kernel_path_images_attach_detach_and_survive_a_restart() {
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
     std::mem::forget(daemon);
-    let mut restarted = Daemon::start(scratch.path(), "kernel-again", &config);
-    restarted.wait_ready(Duration::from_secs(30));
+    let restarted = Daemon::ready(scratch.path(), "kernel-again", &config);
     assert_same_tree(src0, mnt0);
     assert_same_tree(src1, mnt1);
     let log = restarted.stderr();

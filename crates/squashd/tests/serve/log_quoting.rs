@@ -30,8 +30,7 @@ fn names_with_newlines_and_escapes_are_quoted_in_the_log_and_status() {
     fs::create_dir(&mnt).unwrap();
     let img = scratch.path().join("img\x1b]0;title\x07.sqfs");
     fs::copy(&images[0].1, &img).unwrap();
-    let mut daemon = Daemon::start(scratch.path(), "quoting", "");
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "quoting", "");
     let attached = daemon.attach(&img, &mnt);
     assert_eq!(attached["result"], "ok", "{attached}");
     assert_same_tree(&images[0].0, &mnt);

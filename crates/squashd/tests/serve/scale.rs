@@ -123,8 +123,7 @@ fn attach_detach_200_times_does_not_grow() {
     let expected = fs::read(src.join("d/data.bin")).unwrap();
     // A detached image's blocks leave the shared cache (forget_image), but the allocator may
     // keep the memory they used; a small budget bounds that, so growth here means a leak.
-    let mut daemon = Daemon::start(scratch.path(), "cycle", "cache = \"4MiB\"\n");
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "cycle", "cache = \"4MiB\"\n");
     let mut baseline = None;
     let mut fds_at_baseline = Vec::new();
     let started = Instant::now();

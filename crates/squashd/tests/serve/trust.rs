@@ -14,12 +14,11 @@ fn control_socket_is_root_only_unless_allowed() {
     }
     let scratch = Scratch::new();
     let images = build_images(scratch.path(), 2);
-    let mut closed = Daemon::start(
+    let closed = Daemon::ready(
         scratch.path(),
         "closed",
         &image_entry(&images[0].1, &images[0].2, ""),
     );
-    closed.wait_ready(Duration::from_secs(30));
     assert_eq!(socket_mode(&closed.socket), 0o600);
     let root = squashd_as(0, &closed.socket, &["status", "--json"]);
     assert!(root.status.success(), "{root:?}");
@@ -37,7 +36,7 @@ fn control_socket_is_root_only_unless_allowed() {
     closed.terminate();
 
     // allow_uids: the socket opens to all (0666) and the peer check decides.
-    let mut open = Daemon::start(
+    let open = Daemon::ready(
         scratch.path(),
         "open",
         &format!(
@@ -45,7 +44,6 @@ fn control_socket_is_root_only_unless_allowed() {
             image_entry(&images[0].1, &images[0].2, "")
         ),
     );
-    open.wait_ready(Duration::from_secs(30));
     assert_eq!(socket_mode(&open.socket), 0o666);
     let allowed = squashd_as(65534, &open.socket, &["status", "--json"]);
     assert!(allowed.status.success(), "{allowed:?}");
@@ -100,12 +98,11 @@ fn users_get_what_fusermount_would_give_them_and_no_more() {
     chown(&own, USER);
     let sneaky = scratch.path().join("mnt/sneaky");
     std::os::unix::fs::symlink(&roots, &sneaky).unwrap();
-    let mut daemon = Daemon::start(
+    let daemon = Daemon::ready(
         scratch.path(),
         "boundary",
         &format!("allow_uids = [{USER}]\n{}", image_entry(img0, root_mnt, "")),
     );
-    daemon.wait_ready(Duration::from_secs(30));
     let sock = daemon.socket.clone();
     let count = |d: &Daemon| d.status()["images"].as_array().unwrap().len();
     let refused = |args: &[&str], why: &str, unchanged: &Path| {
@@ -238,7 +235,7 @@ fn users_get_what_fusermount_would_give_them_and_no_more() {
         fs::create_dir_all(d).unwrap();
         chown(d, USER);
     }
-    let mut narrow = Daemon::start(
+    let narrow = Daemon::ready(
         scratch.path(),
         "narrow",
         &format!(
@@ -246,7 +243,6 @@ fn users_get_what_fusermount_would_give_them_and_no_more() {
             s(&allowed)
         ),
     );
-    narrow.wait_ready(Duration::from_secs(30));
     let sock = narrow.socket.clone();
     let out = squashd_as(USER, &sock, &["attach", &s(img1), &s(&own)]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -94,8 +94,7 @@ fn the_idle_timer_unmounts_its_own_mount_not_where_the_path_leads_now() {
     let scratch = Scratch::new();
     let images = build_images(scratch.path(), 1);
     let ground = Ground::new(scratch.path());
-    let mut daemon = Daemon::start(scratch.path(), "idle", &format!("allow_uids = [{USER}]\n"));
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "idle", &format!("allow_uids = [{USER}]\n"));
     let out = attach_as_user(&daemon, &images[0].1, &ground.mountpoint(), &["timeout=2"]);
     assert!(out.status.success(), "{out:?}");
     ground.swap();
@@ -155,12 +154,11 @@ fn sigterm_unmounts_only_the_daemons_mounts() {
     let scratch = Scratch::new();
     let images = build_images(scratch.path(), 1);
     let ground = Ground::new(scratch.path());
-    let mut daemon = Daemon::start(
+    let mut daemon = Daemon::ready(
         scratch.path(),
         "sigterm",
         &format!("allow_uids = [{USER}]\n"),
     );
-    daemon.wait_ready(Duration::from_secs(30));
     let out = attach_as_user(&daemon, &images[0].1, &ground.mountpoint(), &[]);
     assert!(out.status.success(), "{out:?}");
     ground.swap();
@@ -234,8 +232,7 @@ fn detach_racing_a_swap_unmounts_the_users_mount_or_nothing() {
     let images = build_images(scratch.path(), 1);
     let ground = Ground::new(scratch.path());
     std::os::unix::fs::symlink(&ground.roots, ground.home.join("c")).unwrap();
-    let mut daemon = Daemon::start(scratch.path(), "race", &format!("allow_uids = [{USER}]\n"));
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "race", &format!("allow_uids = [{USER}]\n"));
     let detach = json!({"op": "detach", "mountpoint": ground.mountpoint(), "lazy": false});
     // One detach, which must answer within 5 s and leave root's tmpfs: whether it detached.
     let detach_once = || {
@@ -347,12 +344,11 @@ fn concurrent_attaches_stay_within_max_images_per_user() {
         fs::create_dir_all(dir).unwrap();
         chown(dir, USER);
     }
-    let mut daemon = Daemon::start(
+    let daemon = Daemon::ready(
         scratch.path(),
         "quota",
         &format!("allow_uids = [{USER}]\nmax_images_per_user = 1\n"),
     );
-    daemon.wait_ready(Duration::from_secs(30));
     let answers = attach_all_at_once_as(USER, &daemon, &images[0].1, &mountpoints);
     let attached = answers.iter().filter(|a| a["result"] == "ok").count();
     let mounted = mounts_under(&home);
@@ -414,8 +410,7 @@ fn an_image_path_that_hangs_does_not_freeze_the_daemon() {
     let images = build_images(scratch.path(), 2);
     // Started first, so dropped last: a daemon thread stuck on the stopped server can only end
     // (and the daemon be killed) once that server is resumed.
-    let mut daemon = Daemon::start(scratch.path(), "hang", "");
-    daemon.wait_ready(Duration::from_secs(30));
+    let daemon = Daemon::ready(scratch.path(), "hang", "");
     // The first image, inside a squashfs image that squashfuse serves.
     let outer_src = scratch.path().join("outer-src");
     fs::create_dir_all(&outer_src).unwrap();

@@ -39,6 +39,9 @@ pub struct MountConfig {
     /// FUSE over io_uring: `Auto` uses it when the kernel offers it (`fuse.enable_uring=1`);
     /// `On` refuses to mount without it.
     pub uring: crate::server::UringMode,
+    /// What tells read-ahead and the random sweep that the CPUs are busy (tests turn it off,
+    /// so that their counts do not depend on what else the machine runs).
+    pub cpu_gauge: squashd_core::read_ahead::CpuGauge,
 }
 
 /// Whom a mount belongs to: the kernel's FUSE `user_id` and `group_id`. Without `allow_other`
@@ -72,6 +75,7 @@ impl Default for MountConfig {
             flags: Vec::new(),
             owner: None,
             uring: crate::server::UringMode::Auto,
+            cpu_gauge: squashd_core::read_ahead::CpuGauge::default(),
         }
     }
 }

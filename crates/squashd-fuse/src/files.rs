@@ -10,9 +10,10 @@ use crate::answers::Opened;
 use crate::error::FsResult;
 use crate::handles::HandleTable;
 use crate::page_store::PageStore;
+use crate::sweep::{FileSweep, FuseSweep};
 use crate::tree::ServedTree;
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags};
-use squashd_core::read_ahead::{ReadAheadPool, ReadState};
+use squashd_core::read_ahead::{CpuGauge, ReadAheadPool, ReadState};
 use squashd_core::{Chunk, FileReader};
 use std::sync::{Arc, OnceLock};
 
@@ -22,6 +23,7 @@ const READ_AHEAD_QUEUE: usize = 64;
 struct OpenFile {
     reader: FileReader,
     reading: ReadState,
+    sweep: FileSweep,
 }
 
 /// The files open through the mount, and the workers that serve their readers.
@@ -30,6 +32,8 @@ pub(crate) struct OpenFiles {
     read_ahead: ReadAheadPool,
     /// Hands whole blocks of small reads to the kernel's page cache.
     page_store: PageStore,
+    /// Brings blocks of files read at random into the page cache beside their readers.
+    sweep: FuseSweep,
 }
 
 /// The bytes of one read, ready to be sent.
@@ -101,18 +105,35 @@ impl FileData<'_> {
 
 impl OpenFiles {
     /// Open files whose sequential readers get `window` chunks decompressed ahead of them by
-    /// `read_ahead_threads` threads.
-    pub(crate) fn new(read_ahead_threads: usize, window: u64) -> Self {
+    /// `read_ahead_threads` threads, both held back when `gauge` says the CPUs are busy.
+    pub(crate) fn new(read_ahead_threads: usize, window: u64, gauge: CpuGauge) -> Self {
+        let page_store = PageStore::new();
+        let sweep = FuseSweep::new(
+            read_ahead_threads > 0 && window > 0,
+            gauge,
+            page_store.notifier_slot(),
+        );
         OpenFiles {
             handles: HandleTable::new(),
-            read_ahead: ReadAheadPool::new(read_ahead_threads, window, READ_AHEAD_QUEUE),
-            page_store: PageStore::new(),
+            read_ahead: ReadAheadPool::with_gauge(
+                read_ahead_threads,
+                window,
+                READ_AHEAD_QUEUE,
+                gauge,
+            ),
+            page_store,
+            sweep,
         }
     }
 
     /// Where the session's notifier goes, once the session exists (see [`PageStore`]).
     pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<crate::server::Notifier>> {
         self.page_store.notifier_slot()
+    }
+
+    /// The random sweep's policy, whose counters `status` shows.
+    pub(crate) fn sweep_policy(&self) -> Arc<squashd_core::read_ahead::RandomSweep> {
+        self.sweep.policy()
     }
 
     /// Files open now.
@@ -138,6 +159,7 @@ impl OpenFiles {
         let fh = self.handles.insert(OpenFile {
             reader,
             reading: ReadState::default(),
+            sweep: FileSweep::default(),
         });
         // The image never changes: what the kernel cached of the file stays valid.
         Ok(Opened {
@@ -167,7 +189,8 @@ impl OpenFiles {
         }
         // Queue what follows (where the core's read-ahead policy says it pays) before
         // decompressing this block, so both run at once.
-        self.read_ahead
+        let streaming = self
+            .read_ahead
             .on_read(&file.reading, reader, offset, size as u64);
         let end = file_size.min(offset + size as u64);
         let bs = reader.block_size() as u64;
@@ -183,6 +206,10 @@ impl OpenFiles {
                 node,
                 offset: first * bs,
             });
+            if store.is_some() {
+                self.sweep
+                    .on_small_read(&file.sweep, reader, node, first, !streaming);
+            }
             let bytes = match &chunk {
                 Chunk::Zeros(_) => Bytes::Owned(vec![0; len]),
                 Chunk::Data { .. } => {

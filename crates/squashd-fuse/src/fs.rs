@@ -54,9 +54,12 @@ impl SquashFs {
     /// mounting anything) when the image's root or that directory cannot be read.
     pub fn new(image: Image, config: &MountConfig) -> squashd_core::Result<Self> {
         let window = config.read_ahead_bytes / image.block_size().max(1) as u64;
+        let tree = ServedTree::new(image, config)?;
+        let files = OpenFiles::new(config.read_ahead_threads, window, config.cpu_gauge);
+        tree.probe().set_sweep(files.sweep_policy());
         Ok(SquashFs {
-            tree: ServedTree::new(image, config)?,
-            files: OpenFiles::new(config.read_ahead_threads, window),
+            tree,
+            files,
             dirs: Directories::new(),
             activity: config.idle_timeout.map(|_| Arc::new(Activity::new())),
             metadata_prefetch: Once::new(),

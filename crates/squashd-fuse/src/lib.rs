@@ -66,6 +66,7 @@ pub mod page_store;
 mod probe;
 pub mod server;
 mod session;
+mod sweep;
 mod tree;
 mod unmount;
 

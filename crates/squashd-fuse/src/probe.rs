@@ -1,6 +1,7 @@
 //! The live figures of one mount (requests served, requests failed, handles open), counted by
 //! the file system and read from outside the session, by a daemon's `status`.
 
+use squashd_core::read_ahead::{RandomSweep, SweepStats};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -22,6 +23,8 @@ struct MountCounters {
     last_error: std::sync::Mutex<Option<String>>,
     /// The session's transport, once it runs.
     transport: std::sync::OnceLock<crate::server::TransportProbe>,
+    /// The random sweep of the mount's files, once the file system is made.
+    sweep: std::sync::OnceLock<Arc<RandomSweep>>,
 }
 
 impl MountProbe {
@@ -50,6 +53,19 @@ impl MountProbe {
             .get()
             .map(|t| t.info())
             .unwrap_or_default()
+    }
+
+    /// What the sweeps beside random readers of the mount's files did.
+    pub fn sweep_stats(&self) -> SweepStats {
+        self.counters
+            .sweep
+            .get()
+            .map(|s| s.stats())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn set_sweep(&self, sweep: Arc<RandomSweep>) {
+        let _ = self.counters.sweep.set(sweep);
     }
 
     pub(crate) fn set_transport(&self, transport: crate::server::TransportProbe) {

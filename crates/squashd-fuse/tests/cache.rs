@@ -166,3 +166,78 @@ fn resident_pages(file: &fs::File, len: usize) -> usize {
     }
     present.iter().filter(|b| *b & 1 == 1).count()
 }
+
+/// A reader that reads a file at random (one page of each of its 128 blocks, in random order)
+/// gets blocks of it decompressed on another core and handed to the page cache beside it (the
+/// random sweep): the blocks swept before the reader came cost it no request, and each block
+/// is still decompressed once. (The CPU gauge is off: the counts must not depend on what else
+/// the machine runs.) Without the sweep, each of the 128 reads would be a request.
+#[test]
+fn a_random_reader_gets_blocks_swept_into_the_page_cache_beside_it() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let contents: Vec<u8> = (0..16 << 20).map(|_| b"acgt"[rng.usize(..4)]).collect();
+    let image_path = testkit::image_of_files(
+        dir.path(),
+        &[("big", &contents)],
+        &["-comp", "zstd", "-b", "128K"],
+    );
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    for transport in testkit::uring::transports() {
+        let image = Image::open(&image_path, &OpenOptions::default()).unwrap();
+        let config = MountConfig {
+            read_ahead_threads: 2,
+            cpu_gauge: squashd_core::read_ahead::CpuGauge::Off,
+            uring: if transport.is_ring() {
+                UringMode::On
+            } else {
+                UringMode::Off
+            },
+            ..MountConfig::default()
+        };
+        let mounted = MountedImage::mount(image.clone(), &mnt, &config).unwrap();
+        let probe = mounted.probe();
+        let unmounter = mounted.unmounter();
+        struct Unmount(squashd_fuse::Unmounter);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = self.0.unmount(true);
+            }
+        }
+        let _guard = Unmount(unmounter.clone());
+        let server = std::thread::spawn(move || mounted.run());
+        let file = fs::File::open(mnt.join("big")).unwrap();
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        let mut blocks: Vec<usize> = (0..128).collect();
+        rng.shuffle(&mut blocks);
+        let before = probe.requests();
+        for &block in &blocks {
+            let at = block * (128 << 10) + rng.usize(..32) * 4096;
+            let mut buf = [0u8; 4096];
+            file.read_exact_at(&mut buf, at as u64).unwrap();
+            assert!(
+                buf[..] == contents[at..at + 4096],
+                "{transport:?}: block {block}"
+            );
+        }
+        let reads = probe.requests() - before;
+        let sweep = probe.sweep_stats();
+        assert!(sweep.sweeps >= 16, "{transport:?}: {sweep:?}");
+        assert!(
+            reads + sweep.sweeps / 2 < 128,
+            "{transport:?}: {reads} reads reached the daemon, {sweep:?}"
+        );
+        assert_eq!(
+            image.stats().data.loads,
+            128,
+            "{transport:?}: each block decompressed once, {sweep:?}"
+        );
+        drop(file);
+        unmounter.unmount(false).unwrap();
+        server.join().unwrap().unwrap();
+    }
+}

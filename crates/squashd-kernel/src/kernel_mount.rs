@@ -99,12 +99,6 @@ pub struct BlobReadStats {
     pub filled_bytes: u64,
     /// Fills that could not be asked for (the mount moved, or cannot be used: see the log).
     pub fill_failures: u64,
-    /// Blocks brought in beside readers reading a file at random, on idle cores.
-    pub swept: u64,
-    /// Of them, blocks the reader missed all the same (dropped from the page cache first).
-    pub sweeps_wasted: u64,
-    /// Random misses that swept nothing because the CPUs were busy.
-    pub sweep_busy_skips: u64,
 }
 
 /// One image mounted through the kernel.
@@ -292,15 +286,16 @@ impl KernelMount {
         self.blob.reads() + self.metadata.reads()
     }
 
+    /// What the sweeps beside random readers of the mount's files did.
+    pub fn sweep_stats(&self) -> squashd_core::read_ahead::SweepStats {
+        self.blob.sweep_stats()
+    }
+
     /// What the reads of file data did: how many reached squashd, and the whole blocks filled
     /// into EROFS's page cache after random reads.
     pub fn read_stats(&self) -> BlobReadStats {
         let fill = self.blob.block_fill().stats();
-        let sweep = self.blob.sweep_stats();
         BlobReadStats {
-            swept: sweep.sweeps,
-            sweeps_wasted: sweep.wasted,
-            sweep_busy_skips: sweep.busy_skips,
             blob_reads: self.blob.reads(),
             fill_reads: self.blob.fill_reads(),
             fills: fill.fills,

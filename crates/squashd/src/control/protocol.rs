@@ -209,6 +209,16 @@ pub struct ReadAheadStatus {
     /// Reads of a stream whose read-ahead was cut to one block per read-ahead thread because
     /// the CPUs were busy.
     pub busy_cuts: u64,
+    /// Blocks of files read at random brought into the page cache beside their readers, on
+    /// idle cores (the random sweep).
+    #[serde(default)]
+    pub swept: u64,
+    /// Of them, blocks the reader asked for all the same (dropped from the page cache first).
+    #[serde(default)]
+    pub sweeps_wasted: u64,
+    /// Random misses that swept nothing because the CPUs were busy.
+    #[serde(default)]
+    pub sweep_busy_skips: u64,
 }
 
 /// How an image is checked against its dm-verity tree.
@@ -286,15 +296,6 @@ pub struct TranslationStatus {
     /// Fills that could not be asked for.
     #[serde(default)]
     pub fill_failures: u64,
-    /// Blocks brought in beside readers reading a file at random, on idle cores.
-    #[serde(default)]
-    pub swept: u64,
-    /// Of them, blocks the reader missed all the same (dropped from the page cache first).
-    #[serde(default)]
-    pub sweeps_wasted: u64,
-    /// Random misses that swept nothing because the CPUs were busy.
-    #[serde(default)]
-    pub sweep_busy_skips: u64,
     /// Bytes of the blob in the kernel's page cache (cachestat(2)): 0 by design, since EROFS
     /// reads the blob with direct I/O and keeps file data once, in its own page cache; null
     /// when the blob file system did not answer in time.

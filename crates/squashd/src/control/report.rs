@@ -5,6 +5,7 @@ use super::protocol::{
     DiskCacheStatus, ImageStatus, ReadAheadStatus, RemoteStatus, Status, Tier, TierSet,
     TranslationStatus, VerityStatus,
 };
+use squashd_core::read_ahead::SweepStats;
 use squashd_core::{CacheStats, Image, ImageStats, ReadAheadStats};
 use squashd_fuse::MountProbe;
 use squashd_kernel::KernelMount;
@@ -49,6 +50,13 @@ impl Probe {
         match self {
             Probe::Fuse(_) => "fuse",
             Probe::Kernel(_) => "kernel",
+        }
+    }
+
+    fn sweep_stats(&self) -> SweepStats {
+        match self {
+            Probe::Fuse(p) => p.sweep_stats(),
+            Probe::Kernel(k) => k.sweep_stats(),
         }
     }
 
@@ -102,9 +110,6 @@ impl Probe {
                     fills: r.fills,
                     filled_bytes: r.filled_bytes,
                     fill_failures: r.fill_failures,
-                    swept: r.swept,
-                    sweeps_wasted: r.sweeps_wasted,
-                    sweep_busy_skips: r.sweep_busy_skips,
                     // Looked at after the registry's lock is released (a FUSE request).
                     blob_cached_bytes: None,
                 })
@@ -345,8 +350,11 @@ fn tier(s: &CacheStats) -> Tier {
     }
 }
 
-fn read_ahead(s: &ReadAheadStats) -> ReadAheadStatus {
+fn read_ahead(s: &ReadAheadStats, sweep: SweepStats) -> ReadAheadStatus {
     ReadAheadStatus {
+        swept: sweep.sweeps,
+        sweeps_wasted: sweep.wasted,
+        sweep_busy_skips: sweep.busy_skips,
         loads: s.loads,
         used: s.used,
         wasted: s.wasted,
@@ -420,7 +428,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),
-        read_ahead: read_ahead(&stats.read_ahead),
+        read_ahead: read_ahead(&stats.read_ahead, served.probe.sweep_stats()),
         attached_secs: served.since.elapsed().as_secs(),
     };
     (status, file)

@@ -73,6 +73,12 @@ fn served_as_stored_and_read_ahead(
     // One 4 KiB page of each of the 32 blocks of a 4 MiB file, with the kernel's read-ahead
     // off: 32 small reads, each costing one decompression.
     let file = fs::File::open(mnt.join("random")).unwrap();
+    // The ring is registered after INIT's answer, which the first request waits for: wait
+    // (boundedly) for the session to say so rather than catch it in between.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while probe.transport().uring != transport.is_ring() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert_eq!(
         probe.transport().uring,
         transport.is_ring(),

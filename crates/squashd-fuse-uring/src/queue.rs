@@ -22,7 +22,7 @@ use crate::abi::{
     out_header, read_u32, read_u64, InHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER, IN_HEADER_SIZE,
     OUT_HEADER_SIZE, RING_ENT_IN_OUT_OFFSET, RING_IN_OUT_SIZE, RING_OP_IN_SIZE,
 };
-use crate::buffers::{EntryBuffers, RawBuffer};
+use crate::buffers::{QueueBuffers, RawBuffer};
 use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
 use crate::thread::{QueueEnd, QueueLayout};
@@ -47,7 +47,8 @@ pub(crate) struct Queue {
     dev_fuse: RawFd,
     wake_fd: RawFd,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<EntryBuffers>,
+    /// Every entry's header and payload buffers (one mapping).
+    entries: QueueBuffers,
     /// Entries whose command the kernel holds.
     in_kernel: Vec<bool>,
     /// The eventfd read lands here.
@@ -85,15 +86,12 @@ impl Queue {
                 what: format!("create the io_uring of {label}"),
                 source,
             })?;
-        let mut entries = Vec::with_capacity(depth);
-        for _ in 0..depth {
-            entries.push(EntryBuffers::new(config.payload_size).ok_or_else(|| {
-                UringError::Config(format!(
-                    "{label}: cannot allocate a {}-byte ring buffer",
-                    config.payload_size
-                ))
-            })?);
-        }
+        let entries = QueueBuffers::new(depth, config.payload_size).ok_or_else(|| {
+            UringError::Config(format!(
+                "{label}: cannot map {depth} ring buffers of {} bytes",
+                config.payload_size
+            ))
+        })?;
         let wake_buffer = RawBuffer::new(8, 8)
             .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
         Ok(Queue {
@@ -125,8 +123,7 @@ impl Queue {
 
     /// Bytes of this queue's ring and entry buffers, as [`crate::ring_memory`] counts them.
     pub(crate) fn memory(&self) -> usize {
-        let payload = self.entries.first().map_or(0, |e| e.payload.len());
-        queue_memory(self.entries.len(), payload)
+        queue_memory(self.entries.len(), self.entries.payload_size())
     }
 
     /// The number of entries.
@@ -158,7 +155,7 @@ impl Queue {
         cmd_op: u32,
         commit_id: u64,
     ) -> Result<(), UringError> {
-        let Some(entry) = self.entries.get(index) else {
+        let Some(iovecs) = self.entries.iovecs(index) else {
             return Err(UringError::Config(format!(
                 "{}: no entry {index}",
                 self.label
@@ -167,7 +164,7 @@ impl Queue {
         let sqe = crate::sqe::fuse_uring_cmd(
             self.dev_fuse,
             cmd_op,
-            entry.iovecs(),
+            iovecs,
             commit_id,
             self.qid(index),
             index as u64,
@@ -310,16 +307,19 @@ impl Queue {
         handler: &H,
         shared: &Shared,
     ) -> Result<(), UringError> {
-        let Some(entry) = self.entries.get(index) else {
+        let Some(iovecs) = self.entries.iovecs(index) else {
             return Ok(());
         };
-        let payload_capacity = entry.payload.len();
         // SAFETY: the entry's command has completed and the next is not submitted yet, so the
-        // kernel does not write these buffers now; the slices end before the writes below.
-        let (header_bytes, payload_bytes) =
-            unsafe { (entry.header.bytes(), entry.payload.bytes()) };
-        let commit_id = read_u64(header_bytes, COMMIT_ID_OFFSET).unwrap_or(0);
-        let parsed = parse_request(header_bytes, payload_bytes);
+        // kernel does not write these buffers now, and these are their only slices: they are
+        // read first, then written (an early commit submits the entry from inside the handler,
+        // after which neither is written: RingReply).
+        let Some((header_out, payload_out)) = (unsafe { self.entries.entry_mut(index) }) else {
+            return Ok(());
+        };
+        let payload_capacity = payload_out.len();
+        let commit_id = read_u64(header_out, COMMIT_ID_OFFSET).unwrap_or(0);
+        let parsed = parse_request(header_out, payload_out);
         let mut op_in = [0u8; RING_OP_IN_SIZE];
         let (in_header, op_in_len) = match parsed {
             Some((in_header, op_in_bytes, payload)) => {
@@ -330,12 +330,6 @@ impl Queue {
             }
             None => (None, 0),
         };
-        // SAFETY: as above; the read-only slices above are no longer used, so these are the
-        // only views of the buffers until the entry is submitted again (an early commit
-        // submits it from inside the handler, after which neither is written: RingReply).
-        let (header_out, payload_out) =
-            unsafe { (entry.header.bytes_mut(), entry.payload.bytes_mut()) };
-        let iovecs = entry.iovecs();
         let Some(in_header) = in_header else {
             shared.malformed_requests.fetch_add(1, Ordering::Relaxed);
             write_out_header(header_out, commit_id, libc::EIO, 0);
@@ -423,12 +417,11 @@ impl Queue {
         drop(ring);
         // Only after the ring: its commands name the descriptor.
         drop(dev_fuse);
+        // One mapping holds every entry's buffers: kept whole if the kernel may hold any entry.
         let mut leaked_bytes = 0;
-        for (entry, held) in entries.into_iter().zip(in_kernel) {
-            if held {
-                leaked_bytes += entry.memory();
-                std::mem::forget(entry);
-            }
+        if in_kernel.iter().any(|&held| held) {
+            leaked_bytes = entries.memory();
+            std::mem::forget(entries);
         }
         if wake_armed {
             std::mem::forget(wake_buffer);

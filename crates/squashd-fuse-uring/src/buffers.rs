@@ -88,48 +88,43 @@ impl Drop for RawBuffer {
 /// header starts on a 64-byte boundary.
 const HEADER_STRIDE: usize = RING_HEADER_SIZE.div_ceil(64) * 64;
 
-/// The header and payload buffers of every entry of one queue, in one anonymous mapping
-/// (headers first, then the page-aligned payloads), and the two iovecs of each entry that
-/// point at them (the kernel reads an entry's iovecs when it registers the entry). One mapping
-/// per queue instead of one per payload and a heap block per header: fewer system calls on the
-/// way to a mount's INIT answer, and nothing resident until used.
+/// The header and payload buffers of every entry of one queue: the headers in one heap block,
+/// the page-aligned payloads in one anonymous mapping (resident only once used), and the two
+/// iovecs of each entry that point at them (the kernel reads an entry's iovecs when it
+/// registers the entry). One mapping per queue instead of one per payload, and one heap block
+/// instead of one per header: fewer system calls on the way to a mount's INIT answer. (The
+/// headers stay on the heap: in the mapping they would take a resident page per queue.)
 pub(crate) struct QueueBuffers {
-    mapping: RawBuffer,
-    payloads_at: usize,
+    headers: RawBuffer,
+    payloads: RawBuffer,
     payload_stride: usize,
     payload_size: usize,
     iovecs: Box<[[libc::iovec; 2]]>,
 }
 
-// SAFETY: the iovecs point only into this value's own mapping (RawBuffer is Send, see above),
-// so moving the whole value to another thread moves the memory they describe with it.
+// SAFETY: the iovecs point only into this value's own two buffers (RawBuffer is Send, see
+// above), so moving the whole value to another thread moves the memory they describe with it.
 unsafe impl Send for QueueBuffers {}
 
 impl QueueBuffers {
-    /// Buffers for `entries` entries of `payload_size`-byte payloads; `None` if the sizes
-    /// overflow or the mapping fails.
+    /// Buffers for `entries` (> 0) entries of `payload_size`-byte payloads; `None` if the sizes
+    /// overflow or the allocation or mapping fails.
     pub(crate) fn new(entries: usize, payload_size: usize) -> Option<QueueBuffers> {
-        let page = 4096;
-        let payloads_at = entries
-            .checked_mul(HEADER_STRIDE)?
-            .checked_next_multiple_of(page)?;
-        let payload_stride = payload_size.max(1).checked_next_multiple_of(page)?;
-        let total = entries
-            .checked_mul(payload_stride)?
-            .checked_add(payloads_at)?;
-        let mapping = RawBuffer::mapped(total)?;
-        let base = mapping.as_ptr();
+        let payload_stride = payload_size.max(1).checked_next_multiple_of(4096)?;
+        let headers = RawBuffer::new(entries.checked_mul(HEADER_STRIDE)?, 64)?;
+        let payloads = RawBuffer::mapped(entries.checked_mul(payload_stride)?)?;
         let iovecs = (0..entries)
             .map(|index| {
-                // The offsets are within the mapping: checked in the sizes above.
+                // The offsets are within the two buffers: their sizes are checked above.
                 [
                     libc::iovec {
-                        iov_base: base.wrapping_add(index * HEADER_STRIDE).cast(),
+                        iov_base: headers.as_ptr().wrapping_add(index * HEADER_STRIDE).cast(),
                         iov_len: RING_HEADER_SIZE,
                     },
                     libc::iovec {
-                        iov_base: base
-                            .wrapping_add(payloads_at + index * payload_stride)
+                        iov_base: payloads
+                            .as_ptr()
+                            .wrapping_add(index * payload_stride)
                             .cast(),
                         iov_len: payload_size,
                     },
@@ -137,8 +132,8 @@ impl QueueBuffers {
             })
             .collect();
         Some(QueueBuffers {
-            mapping,
-            payloads_at,
+            headers,
+            payloads,
             payload_stride,
             payload_size,
             iovecs,
@@ -170,14 +165,17 @@ impl QueueBuffers {
         if index >= self.len() {
             return None;
         }
-        let base = self.mapping.as_ptr();
-        // SAFETY: both ranges lie inside the mapping (see new) and do not overlap each other or
-        // any other entry's; the caller guarantees that nothing else reads or writes them.
+        // SAFETY: the ranges lie inside the headers block and the payload mapping (see new)
+        // and overlap no other entry's; the caller guarantees that nothing else reads or
+        // writes them.
         unsafe {
             Some((
-                std::slice::from_raw_parts_mut(base.add(index * HEADER_STRIDE), RING_HEADER_SIZE),
                 std::slice::from_raw_parts_mut(
-                    base.add(self.payloads_at + index * self.payload_stride),
+                    self.headers.as_ptr().add(index * HEADER_STRIDE),
+                    RING_HEADER_SIZE,
+                ),
+                std::slice::from_raw_parts_mut(
+                    self.payloads.as_ptr().add(index * self.payload_stride),
                     self.payload_size,
                 ),
             ))

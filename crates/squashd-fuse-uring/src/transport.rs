@@ -259,8 +259,8 @@ impl Transport {
     }
 
     /// Bytes of rings and entry buffers allocated so far (at most [`crate::ring_memory`] of
-    /// the config). Payload buffers are their own anonymous mappings, so of this only the pages
-    /// that requests and replies used are resident.
+    /// the config). Payload buffers are anonymous mappings (one per queue), so of this only the
+    /// pages that requests and replies used are resident.
     pub fn memory(&self) -> usize {
         self.shared.memory.load(Ordering::Relaxed)
     }

@@ -47,7 +47,7 @@ pub(crate) struct Queue {
     dev_fuse: RawFd,
     wake_fd: RawFd,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    /// Every entry's header and payload buffers (one mapping).
+    /// Every entry's header and payload buffers (one heap block, one mapping).
     entries: QueueBuffers,
     /// Entries whose command the kernel holds.
     in_kernel: Vec<bool>,
@@ -417,7 +417,8 @@ impl Queue {
         drop(ring);
         // Only after the ring: its commands name the descriptor.
         drop(dev_fuse);
-        // One mapping holds every entry's buffers: kept whole if the kernel may hold any entry.
+        // The entries share one heap block and one mapping: kept whole if the kernel may still
+        // hold any entry.
         let mut leaked_bytes = 0;
         if in_kernel.iter().any(|&held| held) {
             leaked_bytes = entries.memory();

@@ -240,7 +240,19 @@ impl Queue {
                     error.get_or_insert(e.to_string());
                 }
             }
-            if let Err(source) = self.ring.submit_and_wait(1) {
+            // An answer committed early (ReplyWriter::commit) was submitted from inside the
+            // handler, and when the kernel had the entry's next request queued, that submission
+            // already put it in the completion queue: nothing to submit and a completion to
+            // handle, so no system call to wait for it. (Every other answer is queued, not yet
+            // submitted, and goes in with the wait.)
+            let nothing_to_submit = self.ring.submission().is_empty();
+            let completed = !self.ring.completion().is_empty();
+            let entered = if nothing_to_submit && completed {
+                Ok(0)
+            } else {
+                self.ring.submit_and_wait(1)
+            };
+            if let Err(source) = entered {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
                     _ => {

@@ -366,7 +366,7 @@ impl Queue {
                 let sent = push_sqe(ring, label, &sqe).and_then(|()| {
                     // Submitting runs the commit: the request ends (its caller wakes) in this
                     // call; the wait for the next request comes after the handler returns.
-                    ring.submit().map(|_| ()).map_err(|source| UringError::Io {
+                    submit_running_task_work(ring).map_err(|source| UringError::Io {
                         what: format!("commit an answer on {label}"),
                         source,
                     })
@@ -469,6 +469,28 @@ fn push_sqe(
     Err(UringError::Config(format!(
         "{label}: submission queue full"
     )))
+}
+
+/// Submits what is queued without waiting, and runs the ring's deferred task work (requests
+/// the kernel has for this thread's other entries; with `setup_defer_taskrun` it runs only in
+/// an enter that carries GETEVENTS). Without it, a thread whose early commits keep getting the
+/// next request of the same entry at once would skip its waits (see `serve`) and leave the
+/// requests of its other entries (the idle start's thread holds one per CPU) undelivered.
+fn submit_running_task_work(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+) -> std::io::Result<()> {
+    let queued = u32::try_from(ring.submission().len()).unwrap_or(u32::MAX);
+    // SAFETY: every queued entry is valid until its completion (push_sqe); no signal mask or
+    // extended argument is passed; min_complete 0 makes the enter return without waiting.
+    unsafe {
+        ring.submitter().enter::<libc::sigset_t>(
+            queued,
+            0,
+            io_uring::EnterFlags::GETEVENTS.bits(),
+            None,
+        )
+    }
+    .map(|_| ())
 }
 
 /// Writes the out header of an answer (errno, `len` bytes of out arguments) into an entry's

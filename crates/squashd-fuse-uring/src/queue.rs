@@ -475,7 +475,8 @@ fn push_sqe(
 /// the kernel has for this thread's other entries; with `setup_defer_taskrun` it runs only in
 /// an enter that carries GETEVENTS). Without it, a thread whose early commits keep getting the
 /// next request of the same entry at once would skip its waits (see `serve`) and leave the
-/// requests of its other entries (the idle start's thread holds one per CPU) undelivered.
+/// requests of its other entries (the idle start's thread holds one per CPU) undelivered for as
+/// long as that lasts.
 fn submit_running_task_work(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
 ) -> std::io::Result<()> {

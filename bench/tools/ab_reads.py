@@ -44,6 +44,15 @@ def fio(path, size, rw, bs, invalidate, runtime=None):
     return job
 
 
+def cpu_seconds(pid):
+    """utime + stime of process `pid` (all its threads), in seconds; None without a pid."""
+    if pid is None:
+        return None
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fincore(path):
     """Bytes of `path` in the page cache: the suite's measure (cachestat(2); fincore(1) maps the
     file, and mapping the kernel path's direct-I/O blob drops its page cache first)."""
@@ -105,6 +114,14 @@ class Variant:
         finally:
             self.unmount(mnt)
 
+    def daemon_pid(self, mnt):
+        """The pid of the squashd mount serving `mnt`, or None (kernel, squashfuse)."""
+        if not self.binary:
+            return None
+        p = subprocess.run(["pgrep", "-f", f"{self.binary} mount .* {mnt}"], capture_output=True, text=True)
+        pids = p.stdout.split()
+        return int(pids[0]) if pids else None
+
     def unmount(self, mnt):
         source = mount_source(mnt)
         sh(["umount", mnt])
@@ -155,7 +172,11 @@ def main():
                         row["seq_cold"] = fio(f, size, "read", "128k", 1)["bw_bytes"] / 2**20
                         row["seq_inval"] = fio(f, size, "read", "128k", 1)["bw_bytes"] / 2**20
                     before = v.counters(mnt)
+                    pid = v.daemon_pid(mnt)
+                    cpu_before = cpu_seconds(pid)
                     row["rand_iops"] = fio(f, size, "randread", "4k", 1, random_s)["iops"]
+                    if cpu_before is not None:
+                        row["daemon_cpu_s"] = cpu_seconds(pid) - cpu_before
                     after = v.counters(mnt)
                     row["file_cached"] = fincore(f)
                     source = mount_source(mnt)
@@ -167,11 +188,15 @@ def main():
                         row["data_loads_rand"] = (after["cache"]["data"]["loads"]
                                                   - (before or after)["cache"]["data"]["loads"])
                         row["counters"] = after
+                        if row.get("daemon_cpu_s") is not None and row["requests_rand"]:
+                            row["cpu_us_per_request"] = row["daemon_cpu_s"] * 1e6 / row["requests_rand"]
                 results[v.name].append(row)
                 seq = "" if skip_seq else f"seq cold {row['seq_cold']:7.0f} MiB/s  inval {row['seq_inval']:7.0f} MiB/s  "
                 print(f"run {r + 1} {v.name:12s} load {load:5.2f}  {seq}rand {row['rand_iops'] / 1000:6.1f}k IOPS"
                       + (f"  requests {row['requests_rand']} loads {row['data_loads_rand']}"
                          if "requests_rand" in row else "")
+                      + (f"  daemon CPU {row['daemon_cpu_s']:.2f} s ({row['cpu_us_per_request']:.1f} us/request)"
+                         if "cpu_us_per_request" in row else "")
                       + f"  file cached {(row['file_cached'] or 0) >> 20} MiB"
                       + ("  blob fs cached " + ", ".join(f"{k} {(b or 0) >> 20} MiB" for k, b in
                                                         row.get("blob_fs_cached", {}).items())
@@ -180,7 +205,8 @@ def main():
     base = results[variants[0].name]
     for v in variants:
         rows = results[v.name]
-        med = {k: statistics.median(x[k] for x in rows) for k in ("seq_cold", "seq_inval", "rand_iops")
+        med = {k: statistics.median(x[k] for x in rows) for k in ("seq_cold", "seq_inval", "rand_iops",
+                                                                   "cpu_us_per_request")
                if rows and k in rows[0]}
         ratio = {k: med[k] / statistics.median(x[k] for x in base) for k in med}
         print(f"  {v.name:12s} " + "  ".join(f"{k} {med[k]:.0f} ({ratio[k]:.2f}x {variants[0].name})" for k in med))

@@ -32,9 +32,31 @@ def walk_and_measure(binary, work, pid, mounts):
     kib = lambda name: int(fields[name].split()[0]) * 1024  # noqa: E731
     status = json.loads(subprocess.run([binary, "status", "--json", "--socket", os.path.join(work, "control.sock")],
                                        capture_output=True, text=True, check=True).stdout)
+    if os.environ.get("SMAPS") == "1":
+        print(f"  RSS by mapping kind: {rss_by_kind(pid)}", flush=True)
     images = status["images"]
     transports = sorted({i["transport"] for i in images})
     return kib("VmRSS"), kib("VmHWM"), sum(i.get("ring_memory_bytes", 0) for i in images), transports
+
+
+def rss_by_kind(pid):
+    """The daemon's resident KiB by kind of mapping (SMAPS=1): thread stacks (2 MiB + guard),
+    malloc arenas and the heap, the rings' mappings (io_uring), 128 KiB payload buffers, the
+    binary and libraries, and the rest."""
+    kinds, kind = {}, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and not line.startswith(("Rss", "Size")) and ":" not in head[0]:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                size, name = (hi - lo) >> 10, (head[5] if len(head) > 5 else "")
+                kind = ("io_uring" if "io_uring" in name else "heap" if name == "[heap]"
+                        else "files" if name.startswith("/") else "stack" if size in (2052, 2048)
+                        else "payload" if size == 128 else "arena" if size in (65536, 132) or size > 60000
+                        else "other")
+            elif head[0] == "Rss:" and kind:
+                kinds[kind] = kinds.get(kind, 0) + int(head[1])
+    return dict(sorted(kinds.items()))
 
 
 def run(work, variant):

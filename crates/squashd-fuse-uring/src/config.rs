@@ -2,6 +2,8 @@
 //! mount starts small (one thread holding one entry of every CPU's queue) and grows per-CPU
 //! queues only once it is busy.
 
+use std::sync::OnceLock;
+
 use crate::abi::{FUSE_MIN_READ_BUFFER, RING_HEADER_SIZE};
 use crate::UringError;
 
@@ -102,7 +104,18 @@ pub(crate) fn sq_entries(entries: usize) -> usize {
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`), which is the kernel's
 /// number of ring queues (`num_possible_cpus()`).
+/// Read once per process: the set of possible CPUs is fixed at boot, and a daemon asks for
+/// every mount it attaches (an open, a read and a close on each INIT otherwise).
 pub fn possible_cpus() -> Result<usize, UringError> {
+    static POSSIBLE: OnceLock<usize> = OnceLock::new();
+    if let Some(&cpus) = POSSIBLE.get() {
+        return Ok(cpus);
+    }
+    let cpus = read_possible_cpus()?;
+    Ok(*POSSIBLE.get_or_init(|| cpus))
+}
+
+fn read_possible_cpus() -> Result<usize, UringError> {
     const PATH: &str = "/sys/devices/system/cpu/possible";
     let text = std::fs::read_to_string(PATH).map_err(|source| UringError::Io {
         what: format!("read {PATH}"),

@@ -79,9 +79,9 @@
 //! holds one entry of every CPU's queue, and starts the per-CPU threads once it has answered
 //! the given number of requests: an idle mount costs one thread, one io_uring and one entry per
 //! CPU. Memory is entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`],
-//! so far [`Transport::memory`]; payloads are their own mappings, resident once used. Requests
-//! of one thread are answered one after another, so a slow request delays the others it holds:
-//! more entries let the kernel queue them, not answer them in parallel.
+//! so far [`Transport::memory`]; a queue's payloads are one anonymous mapping, resident once
+//! used. Requests of one thread are answered one after another, so a slow request delays the
+//! others it holds: more entries let the kernel queue them, not answer them in parallel.
 //!
 //! # Ending
 //!

@@ -22,7 +22,7 @@ use crate::abi::{
     out_header, read_u32, read_u64, InHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER, IN_HEADER_SIZE,
     OUT_HEADER_SIZE, RING_ENT_IN_OUT_OFFSET, RING_IN_OUT_SIZE, RING_OP_IN_SIZE,
 };
-use crate::buffers::{EntryBuffers, RawBuffer};
+use crate::buffers::{QueueBuffers, RawBuffer};
 use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
 use crate::thread::{QueueEnd, QueueLayout};
@@ -47,7 +47,8 @@ pub(crate) struct Queue {
     dev_fuse: RawFd,
     wake_fd: RawFd,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<EntryBuffers>,
+    /// Every entry's header and payload buffers (one heap block, one mapping).
+    entries: QueueBuffers,
     /// Entries whose command the kernel holds.
     in_kernel: Vec<bool>,
     /// The eventfd read lands here.
@@ -85,15 +86,12 @@ impl Queue {
                 what: format!("create the io_uring of {label}"),
                 source,
             })?;
-        let mut entries = Vec::with_capacity(depth);
-        for _ in 0..depth {
-            entries.push(EntryBuffers::new(config.payload_size).ok_or_else(|| {
-                UringError::Config(format!(
-                    "{label}: cannot allocate a {}-byte ring buffer",
-                    config.payload_size
-                ))
-            })?);
-        }
+        let entries = QueueBuffers::new(depth, config.payload_size).ok_or_else(|| {
+            UringError::Config(format!(
+                "{label}: cannot map {depth} ring buffers of {} bytes",
+                config.payload_size
+            ))
+        })?;
         let wake_buffer = RawBuffer::new(8, 8)
             .ok_or_else(|| UringError::Config("cannot allocate 8 bytes".to_string()))?;
         Ok(Queue {
@@ -125,8 +123,7 @@ impl Queue {
 
     /// Bytes of this queue's ring and entry buffers, as [`crate::ring_memory`] counts them.
     pub(crate) fn memory(&self) -> usize {
-        let payload = self.entries.first().map_or(0, |e| e.payload.len());
-        queue_memory(self.entries.len(), payload)
+        queue_memory(self.entries.len(), self.entries.payload_size())
     }
 
     /// The number of entries.
@@ -158,7 +155,7 @@ impl Queue {
         cmd_op: u32,
         commit_id: u64,
     ) -> Result<(), UringError> {
-        let Some(entry) = self.entries.get(index) else {
+        let Some(iovecs) = self.entries.iovecs(index) else {
             return Err(UringError::Config(format!(
                 "{}: no entry {index}",
                 self.label
@@ -167,7 +164,7 @@ impl Queue {
         let sqe = crate::sqe::fuse_uring_cmd(
             self.dev_fuse,
             cmd_op,
-            entry.iovecs(),
+            iovecs,
             commit_id,
             self.qid(index),
             index as u64,
@@ -243,7 +240,19 @@ impl Queue {
                     error.get_or_insert(e.to_string());
                 }
             }
-            if let Err(source) = self.ring.submit_and_wait(1) {
+            // An answer committed early (ReplyWriter::commit) was submitted from inside the
+            // handler, and when the kernel had the entry's next request queued, that submission
+            // already put it in the completion queue: nothing to submit and a completion to
+            // handle, so no system call to wait for it. (Every other answer is queued, not yet
+            // submitted, and goes in with the wait.)
+            let nothing_to_submit = self.ring.submission().is_empty();
+            let completed = !self.ring.completion().is_empty();
+            let entered = if nothing_to_submit && completed {
+                Ok(0)
+            } else {
+                self.ring.submit_and_wait(1)
+            };
+            if let Err(source) = entered {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
                     _ => {
@@ -310,16 +319,19 @@ impl Queue {
         handler: &H,
         shared: &Shared,
     ) -> Result<(), UringError> {
-        let Some(entry) = self.entries.get(index) else {
+        let Some(iovecs) = self.entries.iovecs(index) else {
             return Ok(());
         };
-        let payload_capacity = entry.payload.len();
         // SAFETY: the entry's command has completed and the next is not submitted yet, so the
-        // kernel does not write these buffers now; the slices end before the writes below.
-        let (header_bytes, payload_bytes) =
-            unsafe { (entry.header.bytes(), entry.payload.bytes()) };
-        let commit_id = read_u64(header_bytes, COMMIT_ID_OFFSET).unwrap_or(0);
-        let parsed = parse_request(header_bytes, payload_bytes);
+        // kernel does not write these buffers now, and these are their only slices: they are
+        // read first, then written (an early commit submits the entry from inside the handler,
+        // after which neither is written: RingReply).
+        let Some((header_out, payload_out)) = (unsafe { self.entries.entry_mut(index) }) else {
+            return Ok(());
+        };
+        let payload_capacity = payload_out.len();
+        let commit_id = read_u64(header_out, COMMIT_ID_OFFSET).unwrap_or(0);
+        let parsed = parse_request(header_out, payload_out);
         let mut op_in = [0u8; RING_OP_IN_SIZE];
         let (in_header, op_in_len) = match parsed {
             Some((in_header, op_in_bytes, payload)) => {
@@ -330,12 +342,6 @@ impl Queue {
             }
             None => (None, 0),
         };
-        // SAFETY: as above; the read-only slices above are no longer used, so these are the
-        // only views of the buffers until the entry is submitted again (an early commit
-        // submits it from inside the handler, after which neither is written: RingReply).
-        let (header_out, payload_out) =
-            unsafe { (entry.header.bytes_mut(), entry.payload.bytes_mut()) };
-        let iovecs = entry.iovecs();
         let Some(in_header) = in_header else {
             shared.malformed_requests.fetch_add(1, Ordering::Relaxed);
             write_out_header(header_out, commit_id, libc::EIO, 0);
@@ -360,7 +366,7 @@ impl Queue {
                 let sent = push_sqe(ring, label, &sqe).and_then(|()| {
                     // Submitting runs the commit: the request ends (its caller wakes) in this
                     // call; the wait for the next request comes after the handler returns.
-                    ring.submit().map(|_| ()).map_err(|source| UringError::Io {
+                    submit_running_task_work(ring).map_err(|source| UringError::Io {
                         what: format!("commit an answer on {label}"),
                         source,
                     })
@@ -423,12 +429,12 @@ impl Queue {
         drop(ring);
         // Only after the ring: its commands name the descriptor.
         drop(dev_fuse);
+        // The entries share one heap block and one mapping: kept whole if the kernel may still
+        // hold any entry.
         let mut leaked_bytes = 0;
-        for (entry, held) in entries.into_iter().zip(in_kernel) {
-            if held {
-                leaked_bytes += entry.memory();
-                std::mem::forget(entry);
-            }
+        if in_kernel.iter().any(|&held| held) {
+            leaked_bytes = entries.memory();
+            std::mem::forget(entries);
         }
         if wake_armed {
             std::mem::forget(wake_buffer);
@@ -463,6 +469,29 @@ fn push_sqe(
     Err(UringError::Config(format!(
         "{label}: submission queue full"
     )))
+}
+
+/// Submits what is queued without waiting, and runs the ring's deferred task work (requests
+/// the kernel has for this thread's other entries; with `setup_defer_taskrun` it runs only in
+/// an enter that carries GETEVENTS). Without it, a thread whose early commits keep getting the
+/// next request of the same entry at once would skip its waits (see `serve`) and leave the
+/// requests of its other entries (the idle start's thread holds one per CPU) undelivered for as
+/// long as that lasts.
+fn submit_running_task_work(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+) -> std::io::Result<()> {
+    let queued = u32::try_from(ring.submission().len()).unwrap_or(u32::MAX);
+    // SAFETY: every queued entry is valid until its completion (push_sqe); no signal mask or
+    // extended argument is passed; min_complete 0 makes the enter return without waiting.
+    unsafe {
+        ring.submitter().enter::<libc::sigset_t>(
+            queued,
+            0,
+            io_uring::EnterFlags::GETEVENTS.bits(),
+            None,
+        )
+    }
+    .map(|_| ())
 }
 
 /// Writes the out header of an answer (errno, `len` bytes of out arguments) into an entry's

@@ -259,8 +259,8 @@ impl Transport {
     }
 
     /// Bytes of rings and entry buffers allocated so far (at most [`crate::ring_memory`] of
-    /// the config). Payload buffers are their own anonymous mappings, so of this only the pages
-    /// that requests and replies used are resident.
+    /// the config). Payload buffers are anonymous mappings (one per queue), so of this only the
+    /// pages that requests and replies used are resident.
     pub fn memory(&self) -> usize {
         self.shared.memory.load(Ordering::Relaxed)
     }
@@ -288,6 +288,8 @@ impl Transport {
     /// already; while still mounted, each queue closes its ring (the kernel cancels the
     /// commands it holds; requests that come later wait for the unmount or abort) and keeps
     /// the buffers the kernel may still address (reported in [`TransportEnd::leaked_bytes`]).
+    /// Called (or dropped) on one of the transport's own queue threads, it joins the others and
+    /// leaves that one, which is ending, out of the [`TransportEnd`].
     pub fn shutdown(mut self) -> TransportEnd {
         self.stop()
     }
@@ -305,10 +307,18 @@ impl Transport {
             wake(&queue.wake);
         }
         let mut end = TransportEnd::default();
+        let current = std::thread::current().id();
         for queue in &mut self.queues {
             let Some(thread) = queue.thread.take() else {
                 continue;
             };
+            if thread.thread().id() == current {
+                // Stopped from one of its own queue threads: the handler owned the transport
+                // (squashd's file system keeps the session's ring state) and this thread, ending,
+                // let go of it last. That thread returns right after (its queue is closed or sees
+                // `stop`); joining it from itself would fail (EDEADLK) and panic.
+                continue;
+            }
             match thread.join() {
                 Ok(queue_end) => {
                     end.leaked_bytes += queue_end.leaked_bytes;

@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
+use squashd_fuse_uring::UringConfig;
 
 const RUN: Duration = Duration::from_secs(3);
 
@@ -189,5 +190,74 @@ fn resident_memory_of_one_ring_mount() {
             after_reads.saturating_sub(before),
         );
         mount.unmount(nix::mount::MntFlags::empty());
+    }
+}
+
+/// CPU time (user + system) of this process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes one rusage into the zeroed local it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(
+            libc::getrusage(libc::RUSAGE_SELF, &mut usage),
+            0,
+            "getrusage"
+        );
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// Mounts `count` test file systems one after another (kept mounted, as a daemon keeps its
+/// images), each until its first `stat` is answered; returns the median wall time per mount
+/// and this process's CPU time per mount.
+fn set_up(count: usize, config: Option<UringConfig>) -> (Duration, Duration) {
+    let cpu_before = process_cpu();
+    let mut times = Vec::with_capacity(count);
+    let mut mounts = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        let mount = match &config {
+            Some(config) => {
+                let (mount, ring) = TestMount::mount_with_ring(config, 1);
+                ring.expect("prepare and register the ring");
+                mount
+            }
+            None => TestMount::mount(false, 1),
+        };
+        std::fs::metadata(mount.path().join("small")).expect("stat /small");
+        times.push(started.elapsed());
+        mounts.push(mount);
+    }
+    let cpu = (process_cpu() - cpu_before) / count as u32;
+    for mut mount in mounts {
+        mount.unmount(nix::mount::MntFlags::empty());
+    }
+    times.sort();
+    (times[count / 2], cpu)
+}
+
+#[test]
+#[ignore = "a measurement: what a ring mount adds to the time and CPU to be ready (~10 s)"]
+fn set_up_cost_of_a_ring_mount() {
+    if let Some(reason) = skip_reason() {
+        println!("SKIPPED: {reason}");
+        return;
+    }
+    let _uring = EnableUring::on();
+    const MOUNTS: usize = 40;
+    let idle = TestMount::config(1).idle_start(256);
+    println!(
+        "| transport | mounts | median wall to the first stat answered | process CPU per mount |"
+    );
+    println!("|---|---|---|---|");
+    for round in 0..3 {
+        for (name, config) in [("/dev/fuse", None), ("ring, idle start", Some(idle))] {
+            let (wall, cpu) = set_up(MOUNTS, config);
+            println!("| {name} (round {round}) | {MOUNTS} | {wall:?} | {cpu:?} |");
+        }
     }
 }

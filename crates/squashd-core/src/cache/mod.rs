@@ -189,6 +189,42 @@ impl<V: CacheValue> BlockCache<V> {
         }
     }
 
+    /// The value for `key` if it is cached; `None` if another reader is loading it now (not
+    /// waited for); otherwise it is loaded with `load` and cached. For read-ahead workers: a
+    /// block someone is loading already needs no worker, and a worker waiting for it would sit
+    /// idle where it could load the next one. A disabled cache (no budget) loads nothing:
+    /// nothing loaded ahead could be kept. Counted as [`BlockCache::get_or_load`] counts; a
+    /// block left to its loader counts nothing.
+    pub fn get_or_load_unless_loading<E>(
+        &self,
+        key: BlockKey,
+        also: Option<&CacheCounters>,
+        load: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Option<V>, E> {
+        let count = |event: fn(&Stripe) -> &AtomicU64, n: u64| {
+            event(self.counters.mine()).fetch_add(n, Ordering::Relaxed);
+            if let Some(also) = also {
+                event(also.mine()).fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        let Some(cache) = &self.cache else {
+            return Ok(None);
+        };
+        match cache.get_value_or_guard(&key, Some(Duration::ZERO)) {
+            GuardResult::Value(v) => {
+                count(|c| &c.hits, 1);
+                Ok(Some(v))
+            }
+            GuardResult::Guard(guard) => {
+                count(|c| &c.misses, 1);
+                let v = Self::counted_load(load, count)?;
+                let _ = guard.insert(v.clone());
+                Ok(Some(v))
+            }
+            GuardResult::Timeout => Ok(None),
+        }
+    }
+
     /// The value for `key` if it is cached, or being loaded into the cache by another reader
     /// (then waited for); otherwise `load_elsewhere` runs and its result is returned, nothing
     /// cached: for a reader that puts the bytes where it wants them (a buffer of its own) and
@@ -391,6 +427,39 @@ mod tests {
         assert_eq!((s.entries, s.loads, s.load_failures), (1, 4, 1), "{s:?}");
         assert_eq!((s.hits, s.waits, s.misses), (2, 1, 5), "{s:?}");
         assert_eq!(s.loaded_bytes, 100 + 1 + 1 + 300, "{s:?}");
+    }
+
+    #[test]
+    fn loads_unless_loading_leave_a_load_in_flight_to_its_loader() {
+        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 64 * 1024);
+        let (loading, release) = (Barrier::new(2), Barrier::new(2));
+        std::thread::scope(|s| {
+            let loader = s.spawn(|| {
+                cache.get_or_load(key(1), None, || {
+                    loading.wait();
+                    release.wait();
+                    Ok::<_, ()>(block(100))
+                })
+            });
+            loading.wait();
+            // Key 1 is being loaded: not waited for (the loader waits for this thread), and
+            // the caller's load does not run.
+            let found = cache.get_or_load_unless_loading(key(1), None, || Err("loaded twice"));
+            assert!(matches!(found, Ok(None)));
+            release.wait();
+            assert!(loader.join().unwrap().is_ok());
+        });
+        // Cached now: lent. Not cached: loaded and kept.
+        let found = cache.get_or_load_unless_loading(key(1), None, || Err("loaded twice"));
+        assert!(matches!(found, Ok(Some(ref b)) if b.len() == 100));
+        let found = cache.get_or_load_unless_loading(key(2), None, || Ok::<_, ()>(block(300)));
+        assert!(matches!(found, Ok(Some(ref b)) if b.len() == 300));
+        let s = cache.stats();
+        assert_eq!((s.entries, s.loads, s.hits, s.misses, s.waits), (2, 2, 1, 2, 0), "{s:?}");
+        // No budget: nothing is loaded ahead, since nothing could be kept.
+        let off = BlockCache::<Arc<[u8]>>::new(0, 64 * 1024);
+        let found = off.get_or_load_unless_loading(key(1), None, || Err("loaded uncached"));
+        assert!(matches!(found, Ok(None)));
     }
 
     #[test]

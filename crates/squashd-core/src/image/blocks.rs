@@ -125,28 +125,49 @@ impl ImageInner {
         self.caches
             .data
             .get_or_load(key, Some(&self.counters.data), || {
-                LOADS_HERE.with(|n| n.set(n.get() + 1));
-                if self.caches.compressed.is_enabled() || !size.compressed {
-                    let raw = self.stored_block(pos, size, max_len)?;
-                    if !size.compressed {
-                        return Ok(raw);
-                    }
-                    return self.decompress_for_cache(pos, &raw, max_len);
-                }
-                // The stored bytes go into this thread's buffer (grown once, not allocated and
-                // zeroed per block): they are not kept.
-                let stored = self.stored_size(pos, size, max_len)?;
-                let mut raw =
-                    SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().stored));
-                if raw.len() < stored {
-                    raw.resize(stored, 0);
-                }
-                let result = self
-                    .read_at(pos, &mut raw[..stored])
-                    .and_then(|()| self.decompress_for_cache(pos, &raw[..stored], max_len));
-                SCRATCH.with(|scratch| scratch.borrow_mut().stored = raw);
-                result
+                self.load_data_block(pos, size, max_len)
             })
+    }
+
+    /// The data block or fragment block at `pos`, as [`ImageInner::data_block`] gives it,
+    /// unless another reader is loading it into the data cache now: then `None`, without
+    /// waiting. For read-ahead workers (see [`crate::cache::BlockCache::get_or_load_unless_loading`]).
+    pub(crate) fn data_block_unless_loading(
+        &self,
+        pos: u64,
+        size: DataBlockSize,
+        max_len: usize,
+    ) -> Result<Option<Arc<[u8]>>> {
+        let key = self.key(pos);
+        self.caches
+            .data
+            .get_or_load_unless_loading(key, Some(&self.counters.data), || {
+                self.load_data_block(pos, size, max_len)
+            })
+    }
+
+    /// Reads and decompresses the data block at `pos` for the data cache.
+    fn load_data_block(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<Arc<[u8]>> {
+        LOADS_HERE.with(|n| n.set(n.get() + 1));
+        if self.caches.compressed.is_enabled() || !size.compressed {
+            let raw = self.stored_block(pos, size, max_len)?;
+            if !size.compressed {
+                return Ok(raw);
+            }
+            return self.decompress_for_cache(pos, &raw, max_len);
+        }
+        // The stored bytes go into this thread's buffer (grown once, not allocated and zeroed
+        // per block): they are not kept.
+        let stored = self.stored_size(pos, size, max_len)?;
+        let mut raw = SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().stored));
+        if raw.len() < stored {
+            raw.resize(stored, 0);
+        }
+        let result = self
+            .read_at(pos, &mut raw[..stored])
+            .and_then(|()| self.decompress_for_cache(pos, &raw[..stored], max_len));
+        SCRATCH.with(|scratch| scratch.borrow_mut().stored = raw);
+        result
     }
 
     /// Decompresses `raw` (the block at `pos`) straight into a new allocation for the data

@@ -11,7 +11,7 @@ use squashd_core::FileReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// A range of at least this many blocks is split between threads.
+/// A range with at least this many blocks to decompress is split between threads.
 const SPLIT_BLOCKS: u64 = 3;
 
 /// Fills `out` from `offset` of `reader`'s file (the range lies within the file), with up to
@@ -26,7 +26,15 @@ pub fn read_at(
     let bs = u64::from(reader.block_size().max(1));
     let end = offset + out.len() as u64;
     let blocks = end.div_ceil(bs) - offset / bs;
-    if threads < 2 || blocks < SPLIT_BLOCKS {
+    // Blocks the cache holds (read ahead) are copied, which is no work to share: a helper
+    // would cost more to start, and to wait for at the end, than it saves.
+    if threads < 2
+        || blocks < SPLIT_BLOCKS
+        || (offset / bs..end.div_ceil(bs))
+            .filter(|&i| !reader.chunk_cached(i))
+            .nth(SPLIT_BLOCKS as usize - 1)
+            .is_none()
+    {
         return read_exact(reader, offset, out, once);
     }
     // Pieces that end on block boundaries, so that no block is decompressed twice, taken one

@@ -27,6 +27,11 @@
 //! into the cache meanwhile (files it reads next), until the worker is done. Workers never
 //! wait for a block another thread is loading (files whose tail ends share one fragment block
 //! would otherwise queue behind one load): they go on to the next.
+//!
+//! The workers run a few nice levels below the reader. The reader is the one thread whose
+//! work cannot be shared (the Python loop, resolving paths, copying into the bytes), and with
+//! a worker per core the scheduler would give it only a share of a core beside them; the
+//! workers' files wait in the cache either way, and what they leave undone the reader does.
 
 use squashd_core::workers::Workers;
 use squashd_core::{DirEntry, FileKind, Image, Inode, InodeId};
@@ -55,6 +60,15 @@ const SUBDIRS: usize = 16;
 /// its first read there queues the rest.
 const FIRST_FILES: usize = 2;
 
+/// Files whose data is asked of the source at once, ahead of the files queued (see
+/// [`What::Prefetch`]).
+const PREFETCH_FILES: usize = 64;
+/// The most bytes one such request asks for.
+const PREFETCH_BYTES: u64 = 16 << 20;
+
+/// Nice levels the workers run below the thread that made them (see the module doc).
+const WORKER_NICENESS: i32 = 3;
+
 /// What to read ahead.
 struct Job {
     image: Image,
@@ -65,6 +79,8 @@ struct Job {
     ticket: Option<u64>,
     /// Who has the file (see [`QUEUED`]); `None` for a subdirectory's first files.
     claim: Option<Arc<AtomicU8>>,
+    /// For [`What::Prefetch`]: the files whose data to ask for.
+    files: Vec<InodeId>,
 }
 
 /// A file of the reader's directory queued and not yet come to.
@@ -86,6 +102,11 @@ enum What {
     File,
     /// A directory: its first files' first blocks.
     FirstFiles,
+    /// The image bytes holding the data of `files` (next files of the reader's directory),
+    /// asked of the source in one request: a cold image is otherwise read block by block as
+    /// the reader and the workers come to each, by threads at different places of the image,
+    /// which the kernel's read-ahead does not follow.
+    Prefetch,
 }
 
 /// What the read-ahead across files did, for `Image.stats()`.
@@ -135,6 +156,8 @@ struct State {
     last: usize,
     /// Entries below this index are queued already.
     queued_until: usize,
+    /// The data of files below this index was asked of the source.
+    prefetched_until: usize,
     /// Reads in a row of neighbours.
     streak: u32,
     /// Whether its subdirectories' first files were queued.
@@ -165,7 +188,10 @@ impl SiblingReadAhead {
                 |i| format!("squashd-files-{i}"),
                 threads,
                 QUEUE,
-                move |job| load(job, &counted),
+                move |job| {
+                    lower_priority_once();
+                    load(job, &counted)
+                },
             ),
         }
     }
@@ -261,6 +287,26 @@ impl SiblingReadAhead {
             return;
         }
         let mut next = state.queued_until.max(index + 1);
+        if next + WINDOW_FILES > state.prefetched_until && next < listing.len() {
+            let from = state.prefetched_until.max(next);
+            let until = (from + PREFETCH_FILES).min(listing.len());
+            let files: Vec<_> = listing[from..until]
+                .iter()
+                .filter(|e| e.kind == FileKind::File)
+                .map(|e| e.id)
+                .collect();
+            let job = Job {
+                image: image.clone(),
+                id: dir.id,
+                what: What::Prefetch,
+                ticket: None,
+                claim: None,
+                files,
+            };
+            if self.workers.offer(job) {
+                state.prefetched_until = until;
+            }
+        }
         let mut files = listing[index + 1..next.min(listing.len())]
             .iter()
             .filter(|e| e.kind == FileKind::File)
@@ -276,6 +322,7 @@ impl SiblingReadAhead {
                     what: What::File,
                     ticket: Some(ticket),
                     claim: Some(claim.clone()),
+                    files: Vec::new(),
                 };
                 if !self.workers.offer(job) {
                     break;
@@ -309,6 +356,7 @@ impl SiblingReadAhead {
                     what: What::FirstFiles,
                     ticket: None,
                     claim: None,
+                    files: Vec::new(),
                 };
                 if !self.workers.offer(job) {
                     break;
@@ -326,6 +374,39 @@ impl SiblingReadAhead {
             drop(state);
             self.help_while_running(image, &claim, next);
         }
+    }
+
+    /// Decompresses the next queued file no thread has started into the data cache, on the
+    /// calling thread: for a reader that would otherwise wait for a block another thread is
+    /// loading (the file it reads next is a worker's, or shares its fragment block with one).
+    /// Returns whether there was one.
+    pub fn help_one(&self, image: &Image) -> bool {
+        let next = {
+            let Ok(state) = self.state.try_lock() else {
+                return false;
+            };
+            state
+                .tickets
+                .iter()
+                .find(|q| q.claim.load(Ordering::Acquire) == QUEUED)
+                .map(|q| (q.id, q.ticket, q.claim.clone()))
+        };
+        let Some((id, ticket, claim)) = next else {
+            return false;
+        };
+        if claim
+            .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // A worker took it meanwhile: that was work done too.
+            return true;
+        }
+        if let Ok(inode) = image.inode(id) {
+            load_file(image, &inode, Some(ticket), &self.counters);
+        }
+        claim.store(DONE, Ordering::Release);
+        self.counters.helped.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Decompresses the queued files `next` (inode, ticket, claim), in order, into the data
@@ -356,6 +437,41 @@ impl SiblingReadAhead {
     }
 }
 
+/// Asks the source for the image bytes that hold the data of `job.files`: from where the first
+/// of them begins to a block past where the last begins, at most [`PREFETCH_BYTES`].
+fn prefetch(job: &Job) {
+    let positions = job
+        .files
+        .iter()
+        .filter_map(|&id| job.image.inode(id).ok())
+        .filter_map(|inode| job.image.data_position(&inode));
+    let (mut first, mut last) = (u64::MAX, 0);
+    for pos in positions {
+        first = first.min(pos);
+        last = last.max(pos);
+    }
+    if first > last {
+        return;
+    }
+    let end = last.saturating_add(u64::from(job.image.block_size()));
+    job.image.prefetch(first, (end - first).min(PREFETCH_BYTES));
+}
+
+/// Lowers the calling worker thread's priority by [`WORKER_NICENESS`], once. (Linux keeps a
+/// nice value per thread: `setpriority` of the calling process changes only this thread.) A
+/// failure leaves the thread as it is.
+fn lower_priority_once() {
+    thread_local! {
+        static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if LOWERED.with(|lowered| lowered.replace(true)) {
+        return;
+    }
+    if let Ok(nice) = rustix::process::getpriority_process(None) {
+        let _ = rustix::process::setpriority_process(None, (nice + WORKER_NICENESS).min(19));
+    }
+}
+
 /// Decompresses the first blocks of a file (or of a directory's first files) into the data
 /// cache. Errors are left for the reader to meet when it gets there.
 fn load(job: Job, counters: &Counters) {
@@ -380,6 +496,9 @@ fn load(job: Job, counters: &Counters) {
 
 /// A job no one claims: a subdirectory's first files.
 fn load_unclaimed(job: &Job, counters: &Counters) {
+    if job.what == What::Prefetch {
+        return prefetch(job);
+    }
     let Ok(inode) = job.image.inode(job.id) else {
         return;
     };

@@ -250,14 +250,25 @@ impl FileReader {
 
     /// Whether the data cache holds chunk `index`'s block now (a hole needs none). Counts
     /// nothing: read-ahead asks it to tell a block read ahead that a reader finds from one
-    /// evicted before the reader came.
-    pub(crate) fn chunk_cached(&self, index: u64) -> bool {
+    /// evicted before the reader came, and a reader whether a read has blocks to decompress.
+    pub fn chunk_cached(&self, index: u64) -> bool {
         if matches!(self.blocks.get(index), Some(None)) {
             return true;
         }
         let inner = &self.image.inner;
         self.chunk_position(index)
             .is_some_and(|pos| inner.caches.data.peek(&inner.key(pos)).is_some())
+    }
+
+    /// Whether another reader is loading chunk `index`'s block into the data cache now (a read
+    /// of it would wait for that load). Counts nothing.
+    pub fn chunk_loading(&self, index: u64) -> bool {
+        if matches!(self.blocks.get(index), Some(None)) {
+            return false;
+        }
+        let inner = &self.image.inner;
+        self.chunk_position(index)
+            .is_some_and(|pos| inner.caches.data.is_loading(&inner.key(pos)))
     }
 
     /// The image's read-ahead counters.

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,27 @@ def test_a_directory_read_in_order_with_read_ahead_decompresses_each_block_once(
             assert ahead["helped"] <= ahead["files"], ahead
             assert ahead["files"] + ahead["passed"] <= ahead["queued"], ahead
     assert loads[2] <= loads[0] + 3, loads
+
+
+def test_read_ahead_workers_run_below_the_reader(images):
+    """The workers of read-ahead across files run 3 nice levels below the thread that reads,
+    so that the reader, whose work no thread can share, keeps its core."""
+    def nice_of(task):
+        stat = (task / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[16])
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if own > 16:
+        print("SKIPPED: this process runs at nice 17 or more")
+        pytest.skip("no room below this process's nice value")
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+        names, _ = _read_in_order(image, "small")
+        image.read_bytes(f"small/{names[1]}")
+        _wait_for(image, "files", 1)
+        tasks = [t for t in Path("/proc/self/task").iterdir()
+                 if (t / "comm").read_text().strip().startswith("squashd-files")]
+        niced = [nice_of(t) for t in tasks]
+    # Each worker lowers its priority when it takes its first job: at least one has.
+    assert own + 3 in niced, (own, niced)
+    assert all(n in (own, own + 3) for n in niced), (own, niced)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own, "the reading thread is left as it was"

@@ -8,8 +8,10 @@
 
 use crate::errors::{OpError, OpResult};
 use squashd_core::FileReader;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
-/// A range of at least this many blocks is split between threads.
+/// A range with at least this many blocks to decompress is split between threads.
 const SPLIT_BLOCKS: u64 = 3;
 
 /// Fills `out` from `offset` of `reader`'s file (the range lies within the file), with up to
@@ -24,48 +26,66 @@ pub fn read_at(
     let bs = u64::from(reader.block_size().max(1));
     let end = offset + out.len() as u64;
     let blocks = end.div_ceil(bs) - offset / bs;
-    if threads < 2 || blocks < SPLIT_BLOCKS {
+    // Blocks the cache holds (read ahead) are copied, which is no work to share: a helper
+    // would cost more to start, and to wait for at the end, than it saves.
+    if threads < 2
+        || blocks < SPLIT_BLOCKS
+        || (offset / bs..end.div_ceil(bs))
+            .filter(|&i| !reader.chunk_cached(i))
+            .nth(SPLIT_BLOCKS as usize - 1)
+            .is_none()
+    {
         return read_exact(reader, offset, out, once);
     }
-    // Contiguous pieces that end on block boundaries, so that no block is decompressed twice.
-    let parts = (threads as u64).min(blocks);
-    let first_block = offset / bs;
-    let mut pieces = Vec::with_capacity(parts as usize);
+    // Pieces that end on block boundaries, so that no block is decompressed twice, taken one
+    // at a time by whichever thread is free: none waits for another's share at the end (a
+    // helper that starts late, or is not given a core at once, takes fewer).
+    let mut pieces = Vec::with_capacity(blocks as usize);
     let mut rest = out;
     let mut at = offset;
-    for part in 1..=parts {
-        let part_end = if part == parts {
-            end
-        } else {
-            ((first_block + blocks * part / parts) * bs).clamp(at, end)
-        };
-        let (piece, tail) = rest.split_at_mut((part_end - at) as usize);
+    while !rest.is_empty() {
+        let piece_end = ((at / bs + 1) * bs).min(end);
+        let (piece, tail) = rest.split_at_mut((piece_end - at) as usize);
         pieces.push((at, piece));
         rest = tail;
-        at = part_end;
+        at = piece_end;
     }
-    let Some((own_at, own)) = pieces.pop() else {
-        return Ok(());
+    // Taken from the back: the first piece first.
+    pieces.reverse();
+    let pieces = Mutex::new(pieces);
+    let failed = AtomicBool::new(false);
+    let work = || -> OpResult<()> {
+        loop {
+            if failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let next = pieces.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let Some((at, piece)) = next else {
+                return Ok(());
+            };
+            if let Err(e) = read_exact(reader, at, piece, once) {
+                failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
     };
+    let helpers = (threads as u64 - 1).min(blocks - 1);
     std::thread::scope(|scope| {
-        let helpers: Vec<_> = pieces
-            .into_iter()
-            .map(|(at, piece)| {
+        let helpers: Vec<_> = (0..helpers)
+            .map(|_| {
                 std::thread::Builder::new()
                     .name("squashd-read".into())
-                    .spawn_scoped(scope, move || read_exact(reader, at, piece, once))
+                    .spawn_scoped(scope, work)
             })
             .collect();
-        let mut result = read_exact(reader, own_at, own, once);
+        let mut result = work();
         for helper in helpers {
             let done = match helper {
                 Ok(helper) => helper.join().unwrap_or_else(|_| {
                     Err(OpError::Errno(libc::EIO, "a read thread panicked".into()))
                 }),
-                Err(e) => Err(OpError::Errno(
-                    e.raw_os_error().unwrap_or(libc::EAGAIN),
-                    format!("cannot start a read thread: {e}"),
-                )),
+                // No thread to spare: this thread has read every piece.
+                Err(_) => Ok(()),
             };
             result = result.and(done);
         }

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Jobs the read-ahead pool may hold waiting (a full queue drops new ones: readers then
 /// decompress those blocks themselves), as the FUSE path's.
 const READ_AHEAD_QUEUE: usize = 64;
+/// The blocks at the start of a file whose loads a whole-file reader looks at before it reads:
+/// those read-ahead across files loads.
+const HELP_BLOCKS: u64 = 16;
 
 /// An opened image and what its readers share.
 pub struct Shared {
@@ -140,6 +143,13 @@ impl Shared {
             prefetch.on_read(state, reader, offset, len as u64);
         }
         let once = offset == 0 && len as u64 == size;
+        if let (true, Some(siblings)) = (once, &self.siblings) {
+            // Blocks of this file a worker is decompressing now (the first few, which read-ahead
+            // across files loads): decompress the next queued files meanwhile, rather than wait.
+            for index in 0..reader.chunk_count().min(HELP_BLOCKS) {
+                while reader.chunk_loading(index) && siblings.help_one(&self.image) {}
+            }
+        }
         crate::read::read_at(reader, offset, out, self.read_threads, once)?;
         Ok(len)
     }

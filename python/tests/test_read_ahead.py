@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,8 @@ def test_without_read_ahead_the_reader_decompresses_every_file(images):
         for name in names[1:]:
             image.read_bytes(f"small/{name}")
         after = image.stats()
-    assert after["files_read_ahead"] == {"queued": 0, "files": 0, "chunks": 0, "dirs": 0, "passed": 0}
+    assert after["files_read_ahead"] == {"queued": 0, "files": 0, "chunks": 0, "dirs": 0, "passed": 0,
+                                         "helped": 0}
     assert after["cache"]["data"]["loads"] - before["loads"] == len(names) - 1
 
 
@@ -96,3 +98,61 @@ def test_after_a_directorys_last_file_its_subdirectories_first_files_are_read_ah
     # The subdirectories' first files were decompressed ahead: hits, no block decompressed.
     assert after["loads"] == before["loads"]
     assert after["hits"] - before["hits"] >= 2
+
+
+def test_a_directory_read_in_order_with_read_ahead_decompresses_each_block_once(tmp_path):
+    """The reader and the workers share a directory's files out (claims): every file's bytes
+    come back, and the blocks decompressed are those a reader alone decompresses (a block can
+    be loaded twice only in the instant a worker starts it as the reader comes to its file)."""
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tree = tmp_path / "tree" / "d"
+    tree.mkdir(parents=True)
+    contents = {}
+    for i in range(60):
+        # 4 KiB blocks: files of several blocks, and tail ends shared in fragment blocks.
+        contents[f"f{i:02}"] = os.urandom(300 + (i * 2654435761) % 30000)
+        (tree / f"f{i:02}").write_bytes(contents[f"f{i:02}"])
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree.parent), str(image_path), "-comp", "zstd", "-b", "4K",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    loads = {}
+    for read_ahead in (0, 2):
+        with squashd.open(image_path, read_ahead=read_ahead) as image:
+            for name in sorted(image.listdir("d")):
+                assert image.read_bytes(f"d/{name}") == contents[name], name
+            stats = image.stats()
+        loads[read_ahead] = stats["cache"]["data"]["loads"]
+        ahead = stats["files_read_ahead"]
+        if read_ahead:
+            assert ahead["queued"] > 0, ahead
+            # Each queued file was read ahead (by a worker, or by the reader while a worker had
+            # the file it came to: "helped") or left to the reader ("passed"), not both.
+            assert ahead["helped"] <= ahead["files"], ahead
+            assert ahead["files"] + ahead["passed"] <= ahead["queued"], ahead
+    assert loads[2] <= loads[0] + 3, loads
+
+
+def test_read_ahead_workers_run_below_the_reader(images):
+    """The workers of read-ahead across files run 3 nice levels below the thread that reads,
+    so that the reader, whose work no thread can share, keeps its core."""
+    def nice_of(task):
+        stat = (task / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[16])
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if own > 16:
+        print("SKIPPED: this process runs at nice 17 or more")
+        pytest.skip("no room below this process's nice value")
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+        names, _ = _read_in_order(image, "small")
+        image.read_bytes(f"small/{names[1]}")
+        _wait_for(image, "files", 1)
+        tasks = [t for t in Path("/proc/self/task").iterdir()
+                 if (t / "comm").read_text().strip().startswith("squashd-files")]
+        niced = [nice_of(t) for t in tasks]
+    # Each worker lowers its priority when it takes its first job: at least one has.
+    assert own + 3 in niced, (own, niced)
+    assert all(n in (own, own + 3) for n in niced), (own, niced)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own, "the reading thread is left as it was"

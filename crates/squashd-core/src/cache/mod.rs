@@ -189,6 +189,58 @@ impl<V: CacheValue> BlockCache<V> {
         }
     }
 
+    /// Whether a reader is loading `key` into the cache now. Counts nothing. For a reader that
+    /// has other work to do rather than wait for that load.
+    pub fn is_loading(&self, key: &BlockKey) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        if cache.peek(key).is_some() {
+            return false;
+        }
+        // A free slot is taken and given back at once (this reader loads nothing).
+        matches!(
+            cache.get_value_or_guard(key, Some(Duration::ZERO)),
+            GuardResult::Timeout
+        )
+    }
+
+    /// The value for `key` if it is cached; `None` if another reader is loading it now (not
+    /// waited for); otherwise it is loaded with `load` and cached. For read-ahead workers: a
+    /// block someone is loading already needs no worker, and a worker waiting for it would sit
+    /// idle where it could load the next one. A disabled cache (no budget) loads nothing:
+    /// nothing loaded ahead could be kept. Counted as [`BlockCache::get_or_load`] counts; a
+    /// block left to its loader counts nothing.
+    pub fn get_or_load_unless_loading<E>(
+        &self,
+        key: BlockKey,
+        also: Option<&CacheCounters>,
+        load: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Option<V>, E> {
+        let count = |event: fn(&Stripe) -> &AtomicU64, n: u64| {
+            event(self.counters.mine()).fetch_add(n, Ordering::Relaxed);
+            if let Some(also) = also {
+                event(also.mine()).fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        let Some(cache) = &self.cache else {
+            return Ok(None);
+        };
+        match cache.get_value_or_guard(&key, Some(Duration::ZERO)) {
+            GuardResult::Value(v) => {
+                count(|c| &c.hits, 1);
+                Ok(Some(v))
+            }
+            GuardResult::Guard(guard) => {
+                count(|c| &c.misses, 1);
+                let v = Self::counted_load(load, count)?;
+                let _ = guard.insert(v.clone());
+                Ok(Some(v))
+            }
+            GuardResult::Timeout => Ok(None),
+        }
+    }
+
     /// The value for `key` if it is cached, or being loaded into the cache by another reader
     /// (then waited for); otherwise `load_elsewhere` runs and its result is returned, nothing
     /// cached: for a reader that puts the bytes where it wants them (a buffer of its own) and
@@ -325,190 +377,4 @@ impl<V: CacheValue> BlockCache<V> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::Barrier;
-
-    fn key(pos: u64) -> BlockKey {
-        BlockKey { image: 1, pos }
-    }
-
-    fn block(len: usize) -> Arc<[u8]> {
-        vec![7u8; len].into()
-    }
-
-    #[test]
-    fn loads_elsewhere_wait_for_a_load_in_flight_and_cache_nothing() {
-        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 64 * 1024);
-        let loading = Barrier::new(2);
-        std::thread::scope(|s| {
-            let loader = s.spawn(|| {
-                cache.get_or_load(key(1), None, || {
-                    loading.wait();
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    Ok::<_, ()>(block(100))
-                })
-            });
-            loading.wait();
-            // Key 1 is being loaded: waited for, and the caller's load does not run.
-            let found =
-                cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>("loaded twice"));
-            assert!(matches!(found, Ok(Cached::Held(ref b)) if b.len() == 100));
-            assert!(loader.join().unwrap().is_ok());
-        });
-        // Two loads elsewhere of one key run side by side: neither waits for the other (the
-        // first would time out waiting for the second's signal).
-        let (signal, signalled) = std::sync::mpsc::channel();
-        std::thread::scope(|s| {
-            let cache = &cache;
-            let first = s.spawn(move || {
-                cache.get_or_load_elsewhere(key(4), None, || {
-                    signalled
-                        .recv_timeout(std::time::Duration::from_secs(10))
-                        .map(|()| ((), 1))
-                        .map_err(|_| "the second load waited for the first")
-                })
-            });
-            // Started once the first has its load under way (or the second would not meet it).
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            let second = cache.get_or_load_elsewhere(key(4), None, || {
-                signal.send(()).map(|()| ((), 1)).map_err(|_| "first gone")
-            });
-            assert!(matches!(second, Ok(Cached::Elsewhere(()))));
-            assert!(matches!(first.join().unwrap(), Ok(Cached::Elsewhere(()))));
-        });
-        // Not cached: the caller's load runs and nothing is kept; a cached key is lent.
-        let found = cache.get_or_load_elsewhere(key(2), None, || Ok::<_, ()>((5u8, 300)));
-        assert!(matches!(found, Ok(Cached::Elsewhere(5))));
-        assert!(matches!(
-            cache.get_or_load_elsewhere(key(1), None, || Err::<((), u64), _>(())),
-            Ok(Cached::Held(_))
-        ));
-        let failed = cache.get_or_load_elsewhere(key(3), None, || Err::<((), u64), _>(()));
-        assert!(failed.is_err());
-        let s = cache.stats();
-        assert_eq!((s.entries, s.loads, s.load_failures), (1, 4, 1), "{s:?}");
-        assert_eq!((s.hits, s.waits, s.misses), (2, 1, 5), "{s:?}");
-        assert_eq!(s.loaded_bytes, 100 + 1 + 1 + 300, "{s:?}");
-    }
-
-    #[test]
-    fn evictions_are_loads_no_longer_held() {
-        let cache = BlockCache::<Arc<[u8]>>::new(64 * 1024, 16 * 1024);
-        for pos in 0..40 {
-            cache
-                .get_or_load(key(pos), None, || Ok::<_, ()>(block(8 * 1024)))
-                .unwrap();
-        }
-        let s = cache.stats();
-        assert_eq!(s.loads, 40);
-        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
-        assert!(s.entries < 40, "{s:?}");
-        assert_eq!(s.evictions, 40 - s.entries);
-        cache.clear();
-        assert_eq!(
-            cache.stats().evictions,
-            40 - s.entries,
-            "clear is not eviction"
-        );
-    }
-
-    #[test]
-    fn a_reservation_takes_its_bytes_from_the_budget() {
-        let cache = BlockCache::<Arc<[u8]>>::new(64 * 1024, 8 * 1024);
-        let fill = |cache: &BlockCache<Arc<[u8]>>| {
-            for pos in 0..40 {
-                cache
-                    .get_or_load(key(pos), None, || Ok::<_, ()>(block(4 * 1024)))
-                    .unwrap();
-            }
-        };
-        fill(&cache);
-        cache.reserve(48 * 1024);
-        let s = cache.stats();
-        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
-        assert!(s.entries <= 4, "{s:?}");
-        fill(&cache);
-        let s = cache.stats();
-        assert!(s.resident_bytes <= 64 * 1024, "{s:?}");
-        assert_eq!(cache.resident_bytes_of(1), s.resident_bytes - 48 * 1024);
-        cache.release(48 * 1024);
-        fill(&cache);
-        let s = cache.stats();
-        assert!(s.entries > 4 && s.resident_bytes <= 64 * 1024, "{s:?}");
-        assert_eq!(cache.resident_bytes_of(1), s.resident_bytes);
-        assert_eq!(cache.resident_bytes_of(2), 0);
-    }
-
-    #[test]
-    fn a_failed_load_caches_nothing() {
-        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
-        assert!(cache
-            .get_or_load(key(1), None, || Err("bad block"))
-            .is_err());
-        let v = cache
-            .get_or_load(key(1), None, || Ok::<_, &str>(block(10)))
-            .unwrap();
-        assert_eq!(v.len(), 10);
-        let s = cache.stats();
-        assert_eq!((s.load_failures, s.loads, s.misses, s.hits), (1, 1, 2, 0));
-    }
-
-    #[test]
-    fn concurrent_misses_load_once_and_count_per_image() {
-        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
-        let mine = CacheCounters::default();
-        let runs = AtomicUsize::new(0);
-        let start = Barrier::new(16);
-        std::thread::scope(|s| {
-            for _ in 0..16 {
-                s.spawn(|| {
-                    start.wait();
-                    cache
-                        .get_or_load(key(9), Some(&mine), || {
-                            runs.fetch_add(1, Ordering::SeqCst);
-                            std::thread::sleep(std::time::Duration::from_millis(20));
-                            Ok::<_, ()>(block(100))
-                        })
-                        .unwrap();
-                });
-            }
-        });
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        let total = cache.stats();
-        let own = mine.snapshot(0, 0, 0);
-        assert_eq!((total.loads, total.misses, total.hits), (1, 1, 15));
-        assert_eq!((own.loads, own.misses, own.hits), (1, 1, 15));
-    }
-
-    #[test]
-    fn forgetting_an_image_drops_only_its_blocks() {
-        let cache = BlockCache::<Arc<[u8]>>::new(1 << 20, 8192);
-        for image in [1, 2] {
-            for pos in 0..10 {
-                let k = BlockKey { image, pos };
-                cache
-                    .get_or_load(k, None, || Ok::<_, ()>(block(100)))
-                    .unwrap();
-            }
-        }
-        cache.forget_image(1);
-        let s = cache.stats();
-        assert_eq!((s.entries, s.evictions), (10, 0), "{s:?}");
-        assert!(cache.peek(&BlockKey { image: 2, pos: 3 }).is_some());
-        assert!(cache.peek(&BlockKey { image: 1, pos: 3 }).is_none());
-    }
-
-    #[test]
-    fn zero_budget_loads_every_time() {
-        let cache = BlockCache::<Arc<[u8]>>::new(0, 8192);
-        for _ in 0..3 {
-            cache
-                .get_or_load(key(1), None, || Ok::<_, ()>(block(5)))
-                .unwrap();
-        }
-        let s = cache.stats();
-        assert_eq!((s.loads, s.misses, s.hits, s.entries), (3, 3, 0, 0));
-    }
-}
+mod tests;

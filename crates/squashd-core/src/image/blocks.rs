@@ -125,49 +125,65 @@ impl ImageInner {
         self.caches
             .data
             .get_or_load(key, Some(&self.counters.data), || {
-                LOADS_HERE.with(|n| n.set(n.get() + 1));
-                if self.caches.compressed.is_enabled() || !size.compressed {
-                    let raw = self.stored_block(pos, size, max_len)?;
-                    if !size.compressed {
-                        return Ok(raw);
-                    }
-                    return self.decompress_for_cache(pos, &raw, max_len);
-                }
-                // The stored bytes go into this thread's buffer (grown once, not allocated and
-                // zeroed per block): they are not kept.
-                let stored = self.stored_size(pos, size, max_len)?;
-                let mut raw =
-                    SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().stored));
-                if raw.len() < stored {
-                    raw.resize(stored, 0);
-                }
-                let result = self
-                    .read_at(pos, &mut raw[..stored])
-                    .and_then(|()| self.decompress_for_cache(pos, &raw[..stored], max_len));
-                SCRATCH.with(|scratch| scratch.borrow_mut().stored = raw);
-                result
+                self.load_data_block(pos, size, max_len)
             })
     }
 
-    /// Decompresses `raw` (the block at `pos`) straight into a new allocation for the data
-    /// cache, of `max_len` zeroed bytes: a full block, nearly every block of a file, is not
-    /// decompressed elsewhere and copied. Zeroed first, so no byte a decoder leaves unwritten is
-    /// uninitialised. A shorter block (a file's last block, a fragment block) is copied once
-    /// more at its exact size, as the cache keeps it.
-    fn decompress_for_cache(&self, pos: u64, raw: &[u8], max_len: usize) -> Result<Arc<[u8]>> {
-        // One allocation of exactly `max_len` bytes (the iterator's length is known).
-        let mut block: Arc<[u8]> = std::iter::repeat_n(0u8, max_len).collect();
-        let Some(out) = Arc::get_mut(&mut block) else {
-            // Unreachable: `block` was created above and shared with no one.
-            return Err(self.corrupt(pos, "data block buffer is shared"));
-        };
-        let n = decompress(self.superblock.compressor, raw, out)
-            .map_err(|e| self.corrupt(pos, format!("data block: {e}")))?;
-        if n == max_len {
-            Ok(block)
-        } else {
-            Ok(Arc::from(block.get(..n).unwrap_or_default()))
+    /// The data block or fragment block at `pos`, as [`ImageInner::data_block`] gives it,
+    /// unless another reader is loading it into the data cache now: then `None`, without
+    /// waiting. For read-ahead workers (see [`crate::cache::BlockCache::get_or_load_unless_loading`]).
+    pub(crate) fn data_block_unless_loading(
+        &self,
+        pos: u64,
+        size: DataBlockSize,
+        max_len: usize,
+    ) -> Result<Option<Arc<[u8]>>> {
+        let key = self.key(pos);
+        self.caches
+            .data
+            .get_or_load_unless_loading(key, Some(&self.counters.data), || {
+                self.load_data_block(pos, size, max_len)
+            })
+    }
+
+    /// Reads and decompresses the data block at `pos` for the data cache.
+    fn load_data_block(&self, pos: u64, size: DataBlockSize, max_len: usize) -> Result<Arc<[u8]>> {
+        LOADS_HERE.with(|n| n.set(n.get() + 1));
+        if self.caches.compressed.is_enabled() || !size.compressed {
+            let raw = self.stored_block(pos, size, max_len)?;
+            if !size.compressed {
+                return Ok(raw);
+            }
+            return self.decompress_for_cache(pos, &raw, max_len);
         }
+        // The stored bytes go into this thread's buffer (grown once, not allocated and zeroed
+        // per block): they are not kept.
+        let stored = self.stored_size(pos, size, max_len)?;
+        let mut raw = SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().stored));
+        if raw.len() < stored {
+            raw.resize(stored, 0);
+        }
+        let result = self
+            .read_at(pos, &mut raw[..stored])
+            .and_then(|()| self.decompress_for_cache(pos, &raw[..stored], max_len));
+        SCRATCH.with(|scratch| scratch.borrow_mut().stored = raw);
+        result
+    }
+
+    /// Decompresses `raw` (the block at `pos`) for the data cache: into this thread's buffer
+    /// (grown once to a block; its pages stay mapped and warm), then copied into an allocation
+    /// of exactly the bytes it holds. A block shorter than `max_len` (a fragment block, a file's
+    /// last block) is then allocated and written once, where decompressing into a zeroed
+    /// allocation of `max_len` had to zero it, and copy it again at its size; a full block
+    /// costs a copy where it cost zeroing.
+    fn decompress_for_cache(&self, pos: u64, raw: &[u8], max_len: usize) -> Result<Arc<[u8]>> {
+        let mut out =
+            SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().decompressed));
+        let result = self
+            .decompress_into(pos, raw, max_len, &mut out)
+            .map(|n| Arc::from(out.get(..n).unwrap_or_default()));
+        SCRATCH.with(|scratch| scratch.borrow_mut().decompressed = out);
+        result
     }
 
     /// Decompresses the data block at `pos` into `out` without caching it (its bytes are
@@ -356,6 +372,8 @@ impl ImageInner {
 struct Scratch {
     /// A block's stored bytes.
     stored: Vec<u8>,
+    /// A block decompressed for the data cache, before it is copied there.
+    decompressed: Vec<u8>,
 }
 
 thread_local! {

@@ -153,7 +153,35 @@ impl FileReader {
     /// The bytes of chunk `index` (the file's block-size-aligned piece `index`), decompressed
     /// through the data cache: a full block, the last partial block, or the tail end.
     pub fn chunk(&self, index: u64) -> Result<Chunk> {
+        match self.chunk_through_cache(index, false)? {
+            Some(chunk) => Ok(chunk),
+            // Unreachable: a load that waits always gives the block.
+            None => Err(self.image.inner.corrupt(0, "data block load gave nothing")),
+        }
+    }
+
+    /// Decompresses chunk `index`'s block into the data cache for a reader expected soon, as
+    /// [`FileReader::chunk`] does, unless it is cached already or another reader is loading it
+    /// now: that load is not waited for. For read-ahead workers, which have other blocks to
+    /// load meanwhile (files with their tail ends in one fragment block, read ahead side by
+    /// side, would otherwise queue behind one load). Returns whether the block is in the cache
+    /// (or the chunk is a hole); `false` when it is left to another loader, or the data cache
+    /// has no budget to keep it.
+    pub fn preload_chunk(&self, index: u64) -> Result<bool> {
+        Ok(self.chunk_through_cache(index, true)?.is_some())
+    }
+
+    /// [`FileReader::chunk`]; with `unless_loading`, [`FileReader::preload_chunk`] (`None`: not
+    /// loaded here).
+    fn chunk_through_cache(&self, index: u64, unless_loading: bool) -> Result<Option<Chunk>> {
         let inner = &self.image.inner;
+        let load = |pos, size, max_len| -> Result<Option<Arc<[u8]>>> {
+            if unless_loading {
+                inner.data_block_unless_loading(pos, size, max_len)
+            } else {
+                inner.data_block(pos, size, max_len).map(Some)
+            }
+        };
         let bs = self.block_size() as u64;
         let len = self.chunk_len(index)?;
         if let Some(block) = self.blocks.get(index) {
@@ -161,15 +189,17 @@ impl FileReader {
                 start: pos, size, ..
             }) = block
             else {
-                return Ok(Chunk::Zeros(len));
+                return Ok(Some(Chunk::Zeros(len)));
             };
-            let data = inner.data_block(pos, size, bs as usize)?;
+            let Some(data) = load(pos, size, bs as usize)? else {
+                return Ok(None);
+            };
             self.check_block_len(index, pos, data.len(), len)?;
-            return Ok(Chunk::Data {
+            return Ok(Some(Chunk::Data {
                 data,
                 start: 0,
                 len,
-            });
+            }));
         }
         // The tail end, kept in a fragment block.
         if !self.body.has_fragment() {
@@ -182,7 +212,9 @@ impl FileReader {
         if frag.start.saturating_add(frag.size.stored_size as u64) > inner.superblock.bytes_used {
             return Err(inner.corrupt(frag.start, "fragment block runs past the image end"));
         }
-        let data = inner.data_block(frag.start, frag.size, bs as usize)?;
+        let Some(data) = load(frag.start, frag.size, bs as usize)? else {
+            return Ok(None);
+        };
         let offset = self.body.fragment_offset as usize;
         if offset.checked_add(len).is_none_or(|end| end > data.len()) {
             return Err(inner.corrupt(
@@ -194,11 +226,11 @@ impl FileReader {
                 ),
             ));
         }
-        Ok(Chunk::Data {
+        Ok(Some(Chunk::Data {
             data,
             start: offset,
             len,
-        })
+        }))
     }
 
     /// Where the stored bytes of chunk `index` begin in the image: its data block, or the
@@ -218,14 +250,25 @@ impl FileReader {
 
     /// Whether the data cache holds chunk `index`'s block now (a hole needs none). Counts
     /// nothing: read-ahead asks it to tell a block read ahead that a reader finds from one
-    /// evicted before the reader came.
-    pub(crate) fn chunk_cached(&self, index: u64) -> bool {
+    /// evicted before the reader came, and a reader whether a read has blocks to decompress.
+    pub fn chunk_cached(&self, index: u64) -> bool {
         if matches!(self.blocks.get(index), Some(None)) {
             return true;
         }
         let inner = &self.image.inner;
         self.chunk_position(index)
             .is_some_and(|pos| inner.caches.data.peek(&inner.key(pos)).is_some())
+    }
+
+    /// Whether another reader is loading chunk `index`'s block into the data cache now (a read
+    /// of it would wait for that load). Counts nothing.
+    pub fn chunk_loading(&self, index: u64) -> bool {
+        if matches!(self.blocks.get(index), Some(None)) {
+            return false;
+        }
+        let inner = &self.image.inner;
+        self.chunk_position(index)
+            .is_some_and(|pos| inner.caches.data.is_loading(&inner.key(pos)))
     }
 
     /// The image's read-ahead counters.

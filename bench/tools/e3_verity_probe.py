@@ -6,11 +6,12 @@ prints medians.
 
     sudo python3 bench/tools/e3_verity_probe.py RUNS VARIANT...
 
-A VARIANT is BINARY:PATH:MODE: PATH fuse or kernel, MODE plain (verity=off) or verity (each
-image's tree and root hash from bench/work/e7/trees.json, as E7 gives them), e.g.
+A VARIANT is BINARY:PATH:MODE: PATH fuse or kernel, MODE plain (verity=off), verity (each
+image's tree and root hash from bench/work/e7/trees.json, as E7 gives them) or verity-warm (the
+same, with every tree read into the page cache after drop_caches: what the trees' reads cost), e.g.
 `/tmp/base/squashd:fuse:verity target/release/squashd:fuse:verity`. The images and trees are
-those `bench/run.py --only E7` made in bench/work. PREWARM_TREES=1 reads every tree into the
-page cache after drop_caches (untimed): what the trees' cold reads cost."""
+those `bench/run.py --only E7` made in bench/work. PREWARM_TREES=1 makes every verity variant
+verity-warm."""
 import json, os, resource, statistics, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +30,7 @@ def one(binary, path, verified, images, entries):
                for img in images}
     daemon = ServeDaemon(binary, pairs, options=options)
     drop_caches()
-    if verified and os.environ.get("PREWARM_TREES") == "1":
+    if verified == "warm" or (verified and os.environ.get("PREWARM_TREES") == "1"):
         for img in images:
             with open(entries[img]["tree"], "rb") as f:
                 f.read()
@@ -61,7 +62,8 @@ def main():
     for r in range(runs):
         for v in variants:
             binary, path, mode = v
-            results[v].append(one(binary, path, mode == "verity", images, entries))
+            verified = {"plain": False, "verity": True, "verity-warm": "warm"}[mode]
+            results[v].append(one(binary, path, verified, images, entries))
             print(f"run {r + 1}/{runs} {':'.join(v)}: {results[v][-1][0] * 1000:.1f} ms, "
                   f"CPU {results[v][-1][1] * 1000:.1f} ms", file=sys.stderr)
     for v in variants:

@@ -145,12 +145,35 @@ fn reload(registry: &Registry, args: &Args) {
     attach_all(registry, &new);
 }
 
+/// Descriptors an attached image may hold: its file, a hash tree's, its mount point's,
+/// /dev/fuse (and a ring's), the kernel path's blob.
+const DESCRIPTORS_PER_IMAGE: usize = 6;
+
+/// Grows the descriptor table, once and before the daemon starts its threads, to hold what
+/// `images` attached images will open. The kernel grows the table by doubling, and while more
+/// than one thread shares it each growth waits for an RCU grace period, with every thread that
+/// opens a file meanwhile (`expand_fdtable`): at boot, attach workers stalled 10 to 40 ms per
+/// doubling (off-CPU in `expand_files`), and a verity tree per image took E3's 69 images past
+/// 256 descriptors, into one doubling more (bench/results/2026-11-27-verity-s7.md). A
+/// single-threaded process grows it without that wait. The table never shrinks; failing
+/// (a lower descriptor limit) only leaves it to grow as before.
+fn reserve_descriptors(images: usize) {
+    let wanted = images
+        .saturating_mul(DESCRIPTORS_PER_IMAGE)
+        .saturating_add(64);
+    if let Ok(highest) = i32::try_from(wanted) {
+        // The duplicate is closed at once: only the table's size stays.
+        let _ = rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), highest);
+    }
+}
+
 /// Runs `squashd serve`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Before anything can fail: a read error names its image and byte in the log (stderr, which
     // journald keeps), at the levels SQUASHD_LOG gives.
     crate::logging::init_logging();
     let config = load(&args)?;
+    reserve_descriptors(config.images.len());
     let caches = Arc::new(Caches::new(&config.budgets));
     let registry = Arc::new(
         Registry::new(caches, config.access.clone(), config.blob_dir())

@@ -152,18 +152,19 @@ const DESCRIPTORS_PER_IMAGE: usize = 6;
 /// Grows the descriptor table, once and before the daemon starts its threads, to hold what
 /// `images` attached images will open. The kernel grows the table by doubling, and while more
 /// than one thread shares it each growth waits for an RCU grace period, with every thread that
-/// opens a file meanwhile (`expand_fdtable`): at boot, attach workers stalled 10 to 40 ms per
-/// doubling (off-CPU in `expand_files`), and a verity tree per image took E3's 69 images past
-/// 256 descriptors, into one doubling more (bench/results/2026-11-27-verity-s7.md). A
-/// single-threaded process grows it without that wait. The table never shrinks; failing
-/// (a lower descriptor limit) only leaves it to grow as before.
+/// opens a file meanwhile (`expand_fdtable`): at boot, attach workers stalled up to 40 ms in
+/// one doubling (off-CPU in `expand_files`), when a verity tree per image took E3's 69 images
+/// past 256 descriptors (bench/results/2026-11-27-verity-s7.md). A single-threaded process
+/// grows it without that wait. The table never shrinks. Past the descriptor limit (which
+/// refuses the number) half as many are asked for, down to the 64 a table starts with.
 fn reserve_descriptors(images: usize) {
     let wanted = images
         .saturating_mul(DESCRIPTORS_PER_IMAGE)
         .saturating_add(64);
-    if let Ok(highest) = i32::try_from(wanted) {
-        // The duplicate is closed at once: only the table's size stays.
-        let _ = rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), highest);
+    let mut highest = i32::try_from(wanted).unwrap_or(i32::MAX);
+    // The duplicate is closed at once: only the table's size stays.
+    while highest > 64 && rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), highest).is_err() {
+        highest /= 2;
     }
 }
 

@@ -128,6 +128,11 @@ struct Plan {
     hash_source: Option<Arc<dyn Source>>,
 }
 
+/// How much of the end of an image's data is asked for while its tree is opened: the tables
+/// of the E3 services' images and the blocks of their roots lie in their last 100 KiB, usr's
+/// tables in its last 220 KiB.
+const DATA_TAIL_AHEAD: u64 = 256 << 10;
+
 /// Puts `opened` (read from `image`) behind its hash tree as `options` say, its checked hash
 /// blocks and bitmap within the metadata budget of `caches` (the caches the image will be
 /// opened with: [`image_caches`]): unchanged when
@@ -197,6 +202,19 @@ pub(crate) fn verify_opened(
         None => None,
     };
     let data: Arc<dyn Source> = Arc::from(opened.source);
+    let tree_in_image = found.tree_file.is_none() && hash_source.is_none();
+    let data_len = match data_limit {
+        Some(limit) => limit,
+        // A tree in the image's own file starts where the data ends.
+        None if tree_in_image => found.hash_offset,
+        None => data.len()?,
+    };
+    // The data's end, asked for before the tree is opened and read: a SquashFS image keeps
+    // its tables there, the image's first reads after its superblock (which the container
+    // probe read). Their read then runs beside the tree's instead of after it: one read less
+    // on the way to a mount that answers (E3: 69 images).
+    let tail = data_len.min(DATA_TAIL_AHEAD);
+    data.will_need(data_start + (data_len - tail), tail);
     let hash: Arc<dyn Source> = match (&found.tree_file, hash_source) {
         (_, Some(source)) => source,
         (Some(path), None) => Arc::new(FileSource::open(path).map_err(|e| {
@@ -212,12 +230,6 @@ pub(crate) fn verify_opened(
         || name.to_string(),
         |p| options.shown(p).display().to_string(),
     );
-    let data_len = match data_limit {
-        Some(limit) => limit,
-        // A tree in the image's own file starts where the data ends.
-        None if Arc::ptr_eq(&hash, &data) => found.hash_offset,
-        None => data.len()?,
-    };
     let location = read_tree_location(
         hash.as_ref(),
         found.hash_offset,

@@ -520,6 +520,9 @@ mod verity_names;
 #[path = "serve/verity_costs.rs"]
 mod verity_costs;
 
+#[path = "serve/descriptors.rs"]
+mod descriptors;
+
 #[path = "serve/uring.rs"]
 mod uring;
 

@@ -226,8 +226,16 @@ pub fn discover(image: &Path, options: &VerityOptions) -> Result<Option<Found>, 
     }))
 }
 
+/// How much of a tree's start is asked for (in the background) before its superblock is read:
+/// the superblock and the upper levels (those of a 2 GiB image fill 132 KiB with sha256 and 4
+/// KiB blocks), and the whole tree of an image up to about 30 MiB (the E3 services'). Opening
+/// then waits for one read of the tree, not one per level and one for the blocks that check
+/// the image's tables at its end.
+pub const TREE_HEAD_AHEAD: u64 = 256 << 10;
+
 /// The tree in `hash` whose verity area starts at `hash_offset`: read from its superblock, or
 /// (`options.superblock` false) made of `options`' parameters over `data_len` bytes of data.
+/// Its first [`TREE_HEAD_AHEAD`] bytes are asked for ahead of the checks that will need them.
 pub fn read_tree_location(
     hash: &dyn Source,
     hash_offset: u64,
@@ -235,6 +243,7 @@ pub fn read_tree_location(
     options: &VerityOptions,
     data_len: u64,
 ) -> Result<TreeLocation, VerityError> {
+    hash.will_need(hash_offset, TREE_HEAD_AHEAD);
     let params = if options.superblock {
         let mut raw = [0u8; SUPERBLOCK_LEN];
         hash.read_exact_at(&mut raw, hash_offset).map_err(|e| {

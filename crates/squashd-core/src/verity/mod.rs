@@ -43,7 +43,7 @@ mod tests;
 
 pub use discover::{
     discover, find_root_hash, find_signature, read_tree_location, sidecar_names, Found,
-    FoundRootHash, RootHashSource, SIDECAR_SUFFIXES,
+    FoundRootHash, RootHashSource, SIDECAR_SUFFIXES, TREE_HEAD_AHEAD,
 };
 pub use hash::{build_tree, from_hex, hash_block, to_hex, BlockDigest, MAX_DIGEST};
 pub use options::{OpenedBeside, VerityMode, VerityOptions};

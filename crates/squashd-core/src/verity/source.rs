@@ -18,6 +18,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+mod ahead;
+
 /// Where a tree is and what it must hash to.
 #[derive(Debug, Clone)]
 pub struct TreeLocation {
@@ -235,7 +237,12 @@ impl VeritySource {
             logged: Mutex::new(HashSet::new()),
             open: AtomicBool::new(false),
         };
-        // The top of the tree, against the root hash: a wrong root hash refuses the image.
+        // The upper levels (kept once checked), asked for in one request before the top is
+        // read and checked against the root hash: a wrong root hash refuses the image.
+        if let [(bottom, _), .., (top, _)] = state.geometry.levels.as_slice() {
+            let size = u64::from(state.params.hash_block_size);
+            state.hash.will_need(top * size, (bottom - top) * size);
+        }
         match state.geometry.levels.len() {
             // One data block and no hash block: the root hash is that block's.
             0 if state.params.data_blocks > 0 => {
@@ -471,9 +478,12 @@ impl Source for VeritySource {
         }
         let first = pos / size;
         let last = (end - 1) / size;
-        if (first..=last).all(|block| state.is_verified(block)) {
+        if state.all_verified(first, last) {
             return state.data.read_exact_at(buf, state.data_start + pos);
         }
+        // The hash block this check needs, asked for before the data is read: a cold one is
+        // then read beside the data rather than after it.
+        state.bottom_hash_blocks_ahead(first, last);
         // Whole blocks, hashed from the very bytes that are then copied up, read into this
         // thread's buffer: allocated and zeroed once, not per read, and still in the cache
         // when they are hashed and copied (a fresh buffer per read cost the kernel path's
@@ -511,9 +521,27 @@ impl Source for VeritySource {
         Ok(self.state.params.data_len())
     }
 
+    /// Passes the hint to the data, and asks for the hash blocks that will check those bytes
+    /// too (unless they are all checked already): a region read ahead (an image's metadata on
+    /// a mount's first walk) then finds its hash blocks read ahead with it, not one cold read
+    /// each as the walk reaches them.
     fn will_need(&self, pos: u64, len: u64) {
-        self.state
+        let state = &self.state;
+        state
             .data
-            .will_need(self.state.data_start.saturating_add(pos), len);
+            .will_need(state.data_start.saturating_add(pos), len);
+        let size = u64::from(state.params.data_block_size);
+        let Some(end) = pos
+            .checked_add(len)
+            .map(|end| end.min(state.params.data_len()))
+        else {
+            return;
+        };
+        if pos < end {
+            let (first, last) = (pos / size, (end - 1) / size);
+            if !state.all_verified(first, last) {
+                state.hash_blocks_ahead(first, last);
+            }
+        }
     }
 }

@@ -145,12 +145,36 @@ fn reload(registry: &Registry, args: &Args) {
     attach_all(registry, &new);
 }
 
+/// Descriptors an attached image may hold: its file, a hash tree's, its mount point's,
+/// /dev/fuse (and a ring's), the kernel path's blob.
+const DESCRIPTORS_PER_IMAGE: usize = 6;
+
+/// Grows the descriptor table, once and before the daemon starts its threads, to hold what
+/// `images` attached images will open. The kernel grows the table by doubling, and while more
+/// than one thread shares it each growth waits for an RCU grace period, with every thread that
+/// opens a file meanwhile (`expand_fdtable`): at boot, attach workers stalled up to 40 ms in
+/// one doubling (off-CPU in `expand_files`), when a verity tree per image took E3's 69 images
+/// past 256 descriptors (bench/results/2026-11-27-verity-s7.md). A single-threaded process
+/// grows it without that wait. The table never shrinks. Past the descriptor limit (which
+/// refuses the number) half as many are asked for, down to the 64 a table starts with.
+fn reserve_descriptors(images: usize) {
+    let wanted = images
+        .saturating_mul(DESCRIPTORS_PER_IMAGE)
+        .saturating_add(64);
+    let mut highest = i32::try_from(wanted).unwrap_or(i32::MAX);
+    // The duplicate is closed at once: only the table's size stays.
+    while highest > 64 && rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), highest).is_err() {
+        highest /= 2;
+    }
+}
+
 /// Runs `squashd serve`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Before anything can fail: a read error names its image and byte in the log (stderr, which
     // journald keeps), at the levels SQUASHD_LOG gives.
     crate::logging::init_logging();
     let config = load(&args)?;
+    reserve_descriptors(config.images.len());
     let caches = Arc::new(Caches::new(&config.budgets));
     let registry = Arc::new(
         Registry::new(caches, config.access.clone(), config.blob_dir())

@@ -238,8 +238,8 @@ def _e2_md(e2, label):
     out = ["## E2: reads of the 1 GiB file" if e2["file_bytes"] >= 1 << 30 else
            f"## E2: reads of a {e2['file_bytes'] >> 20} MiB file", "",
            "`fio --ioengine=psync --iodepth=1 --numjobs=1`: 128 KiB sequential cold (fresh mount, drop_caches), "
-           "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads for "
-           f"{e2['random_runtime']} s.", ""]
+           "again with `--invalidate=1`, warm (`--invalidate=0`); 4 KiB random reads: three passes of "
+           f"fio's random map (`--loops=3`), stopped at {3 * e2['random_runtime']} s.", ""]
     systems = _in_order(e2["rows"])
     ours = [s for s in systems if (s in ("squashd", "squashd_uring", "squashd_big", "squashd_kernel", "erofs")
                                    or s.startswith("squashd_kernel_")) and "kernel" in systems]

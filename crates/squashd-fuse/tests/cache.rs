@@ -39,6 +39,51 @@ fn random_reads_decompress_each_block_once_and_sequential_reads_prefetch() {
     }
 }
 
+/// A mount of `image` served on a thread of its own, over `transport`.
+struct Served {
+    probe: squashd_fuse::MountProbe,
+    unmounter: squashd_fuse::Unmounter,
+    server: std::thread::JoinHandle<std::io::Result<()>>,
+    /// A failed assertion must not leave the mount behind: unmounts (lazily) when dropped.
+    _guard: Unmount,
+}
+
+struct Unmount(squashd_fuse::Unmounter);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = self.0.unmount(true);
+    }
+}
+
+/// Mounts `image` on `mnt` with `config` over `transport` and serves it.
+fn serve(
+    image: &Image,
+    mnt: &std::path::Path,
+    transport: &testkit::uring::Transport,
+    config: MountConfig,
+) -> Served {
+    let config = MountConfig {
+        uring: if transport.is_ring() {
+            UringMode::On
+        } else {
+            UringMode::Off
+        },
+        ..config
+    };
+    let mounted = MountedImage::mount(image.clone(), mnt, &config).unwrap();
+    let probe = mounted.probe();
+    let unmounter = mounted.unmounter();
+    let _guard = Unmount(unmounter.clone());
+    let server = std::thread::spawn(move || mounted.run());
+    Served {
+        probe,
+        unmounter,
+        server,
+        _guard,
+    }
+}
+
 fn served_as_stored_and_read_ahead(
     image_path: &std::path::Path,
     mnt: &std::path::Path,
@@ -50,25 +95,14 @@ fn served_as_stored_and_read_ahead(
     let image = Image::open(image_path, &OpenOptions::default()).unwrap();
     let config = MountConfig {
         read_ahead_threads: 2,
-        uring: if transport.is_ring() {
-            UringMode::On
-        } else {
-            UringMode::Off
-        },
         ..MountConfig::default()
     };
-    let mounted = MountedImage::mount(image.clone(), mnt, &config).unwrap();
-    let probe = mounted.probe();
-    let unmounter = mounted.unmounter();
-    // A failed assertion must not leave the mount behind: unmount (lazily) on the way out.
-    struct Unmount(squashd_fuse::Unmounter);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = self.0.unmount(true);
-        }
-    }
-    let _guard = Unmount(unmounter.clone());
-    let server = std::thread::spawn(move || mounted.run());
+    let Served {
+        probe,
+        unmounter,
+        server,
+        _guard,
+    } = serve(&image, mnt, transport, config);
 
     // One 4 KiB page of each of the 32 blocks of a 4 MiB file, with the kernel's read-ahead
     // off: 32 small reads, each costing one decompression.
@@ -198,24 +232,14 @@ fn a_random_reader_gets_blocks_swept_into_the_page_cache_beside_it() {
         let config = MountConfig {
             read_ahead_threads: 2,
             cpu_gauge: squashd_core::read_ahead::CpuGauge::Off,
-            uring: if transport.is_ring() {
-                UringMode::On
-            } else {
-                UringMode::Off
-            },
             ..MountConfig::default()
         };
-        let mounted = MountedImage::mount(image.clone(), &mnt, &config).unwrap();
-        let probe = mounted.probe();
-        let unmounter = mounted.unmounter();
-        struct Unmount(squashd_fuse::Unmounter);
-        impl Drop for Unmount {
-            fn drop(&mut self) {
-                let _ = self.0.unmount(true);
-            }
-        }
-        let _guard = Unmount(unmounter.clone());
-        let server = std::thread::spawn(move || mounted.run());
+        let Served {
+            probe,
+            unmounter,
+            server,
+            _guard,
+        } = serve(&image, &mnt, &transport, config);
         let file = fs::File::open(mnt.join("big")).unwrap();
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
         let mut blocks: Vec<usize> = (0..128).collect();

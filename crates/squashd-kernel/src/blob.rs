@@ -279,7 +279,7 @@ impl Blob {
             let block = part.blob_offset / BLOB_BLOCK;
             let len = part.chunk.len() as u64;
             let take = self.sweep.per_miss() as usize;
-            let (_, swept) = self
+            let swept = self
                 .block_fill
                 .fill(block, nid, part.file_offset, len, &sweep, take);
             for i in swept {

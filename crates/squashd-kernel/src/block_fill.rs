@@ -185,8 +185,8 @@ impl BlockFill {
     /// Asks EROFS to read bytes `offset..offset + len` of the file with nid `nid` ahead, the
     /// rest of blob block `block`; then, of `sweep`'s blocks of the same file (a random
     /// reader's sweep, [`squashd_core::read_ahead::RandomSweep`]), asks for the first `take`
-    /// that EROFS's page cache does not hold whole. Returns whether the rest could be asked
-    /// for, and the positions in `sweep` of the blocks asked for.
+    /// that EROFS's page cache does not hold whole. Returns the positions in `sweep` of the
+    /// blocks asked for (what could not be asked for is counted in [`FillStats::failures`]).
     pub fn fill(
         &self,
         block: u64,
@@ -195,25 +195,24 @@ impl BlockFill {
         len: u64,
         sweep: &[SweepBlock],
         take: usize,
-    ) -> (bool, Vec<usize>) {
+    ) -> Vec<usize> {
         let mut swept = Vec::new();
         if self.target.get().is_none() {
-            return (false, swept);
+            return swept;
         }
         let Some(mounted) = self.mounted() else {
             self.failures.fetch_add(1, Ordering::Relaxed);
-            return (false, swept);
+            return swept;
         };
         self.remember(block);
         let file = match open_file(mounted, nid) {
             Ok(file) => file,
             Err(_) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                return (false, swept);
+                return swept;
             }
         };
-        let asked = advise(&file, offset, len).is_ok();
-        if asked {
+        if advise(&file, offset, len).is_ok() {
             self.fills.fetch_add(1, Ordering::Relaxed);
             self.filled_bytes.fetch_add(len, Ordering::Relaxed);
         } else {
@@ -231,7 +230,7 @@ impl BlockFill {
                 swept.push(i);
             }
         }
-        (asked, swept)
+        swept
     }
 
     /// Remembers that blob block `block` is being filled, for [`BlockFill::is_filling`].
@@ -343,51 +342,11 @@ fn advise(file: &OwnedFd, offset: u64, len: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `struct cachestat_range` of cachestat(2).
-#[repr(C)]
-struct CachestatRange {
-    off: u64,
-    len: u64,
-}
-
-/// `struct cachestat` of cachestat(2).
-#[repr(C)]
-#[derive(Default)]
-struct Cachestat {
-    nr_cache: u64,
-    nr_dirty: u64,
-    nr_writeback: u64,
-    nr_evicted: u64,
-    nr_recently_evicted: u64,
-}
-
-/// cachestat(2)'s number: 451 in the table every architecture shares for system calls added
-/// since 5.1 (libc does not name it for every target yet).
-const SYS_CACHESTAT: libc::c_long = 451;
-
 /// Whether every page of `offset..offset + len` of `file` is in the page cache (cachestat(2),
-/// Linux 6.5+: a count, without mapping the file); false when it cannot be told.
+/// a count, without mapping the file); false when it cannot be told.
 fn cached_whole(file: &OwnedFd, offset: u64, len: u64) -> bool {
-    let range = CachestatRange { off: offset, len };
-    let mut stat = Cachestat::default();
-    // SAFETY: cachestat(fd, const struct cachestat_range *, struct cachestat *, flags) reads
-    // `range` and writes `stat`, both live `repr(C)` structs of the kernel's layout (five and
-    // two u64s), and takes no pointer past the call.
-    let done = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const CachestatRange,
-            &mut stat as *mut Cachestat,
-            0u32,
-        )
-    };
-    done == 0 && stat.nr_cache.saturating_mul(BLOB_PAGE) >= len
+    crate::page_cache::cached_bytes_of(file, offset, len).is_ok_and(|cached| cached >= len)
 }
-
-/// The page size the cachestat(2) counts are in (4 KiB on the machines EROFS file-backed
-/// mounts run on; a larger page only makes a block look cached sooner).
-const BLOB_PAGE: u64 = 4096;
 
 /// A file handle as `name_to_handle_at(2)` and `open_by_handle_at(2)` take it, with room for
 /// the handles EROFS gives (and for any other kind, up to MAX_HANDLE_SZ, when probing).

@@ -5,7 +5,7 @@
 //! (`invalidate_inode_pages2` in fuse_file_mmap), so that way always reads zero.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// cachestat(2)'s number: one table for every architecture since Linux 5.x's new calls.
 const SYS_CACHESTAT: libc::c_long = 451;
@@ -30,7 +30,12 @@ struct Cachestat {
 
 /// Bytes of `file` in the page cache (pages times the page size).
 pub fn cached_bytes(file: &std::fs::File) -> io::Result<u64> {
-    let range = CachestatRange { off: 0, len: 0 };
+    cached_bytes_of(file, 0, 0)
+}
+
+/// Bytes of `offset..offset + len` of `file` in the page cache (`len` 0: to the end).
+pub fn cached_bytes_of(file: &impl AsFd, offset: u64, len: u64) -> io::Result<u64> {
+    let range = CachestatRange { off: offset, len };
     let mut stat = Cachestat::default();
     // SAFETY: the descriptor is open for the call's duration (borrowed from `file`), `range`
     // and `stat` are live, properly aligned `#[repr(C)]` structs of the layout the kernel's
@@ -38,7 +43,7 @@ pub fn cached_bytes(file: &std::fs::File) -> io::Result<u64> {
     let done = unsafe {
         libc::syscall(
             SYS_CACHESTAT,
-            file.as_raw_fd(),
+            file.as_fd().as_raw_fd(),
             &range as *const CachestatRange,
             &mut stat as *mut Cachestat,
             0u32,
@@ -47,11 +52,14 @@ pub fn cached_bytes(file: &std::fs::File) -> io::Result<u64> {
     if done != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(stat.nr_cache.saturating_mul(page_size()))
+}
+
+/// The page size the counts are in.
+fn page_size() -> u64 {
     // SAFETY: sysconf reads a constant of the process; it has no memory arguments.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Ok(stat
-        .nr_cache
-        .saturating_mul(u64::try_from(page).unwrap_or(4096)))
+    u64::try_from(page).unwrap_or(4096)
 }
 
 #[cfg(test)]

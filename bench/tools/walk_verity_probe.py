@@ -12,22 +12,15 @@ import json, os, statistics, subprocess, sys, tempfile, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from benchlib import e7_verity  # noqa: E402
-from benchlib.common import WORK_DIR, drop_caches  # noqa: E402
+from benchlib.common import WORK_DIR, drop_caches, pids_with_args  # noqa: E402
 
 
 def daemon_of(mnt):
     """The pid of the squashd process serving `mnt` (its command line names the mount point)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if mnt.encode() in args and any(a.endswith(b"squashd") for a in args[:1]):
-            return int(pid)
-    raise RuntimeError(f"no squashd process serves {mnt}")
+    pids = pids_with_args("squashd", mnt)
+    if not pids:
+        raise RuntimeError(f"no squashd process serves {mnt}")
+    return pids[0]
 
 
 def cpu_seconds(pid):

@@ -1,7 +1,7 @@
 """E3-like start of one serve daemon (69 service images), alternating plain / verity; prints
 ready-and-listed wall, the daemon's whole-life CPU (rusage of the child, µs resolution)."""
 import json, os, sys, time, resource, statistics
-sys.path.insert(0, "/work/wt/verity3/bench")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from benchlib.mounts import ServeDaemon, mounted, _live_mounts, _live_procs
 from benchlib.common import drop_caches, WORK_DIR
 from benchlib import e7_verity

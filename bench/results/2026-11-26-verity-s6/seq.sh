@@ -1,11 +1,12 @@
 #!/bin/bash
 # seq.sh BIN MODE(kernel|fuse) V(0/1) [quick]: cold sequential read of data's file; prints MiB/s, daemon task-clock
 BIN=$1; MODE=$2; V=$3; Q=$4
-W=/work/wt/verity3/bench/work
+BENCH=$(cd "$(dirname "$0")/../.." && pwd)
+W=$BENCH/work
 IMG=$W/data.sqfs; SZ=1073741824
 if [ "$Q" = quick ]; then IMG=$W/data-quick.sqfs; SZ=268435456; fi
 if [ $V = 1 ]; then O=$(python3 -c "
-import json,sys; sys.path.insert(0,'/work/wt/verity3/bench'); from benchlib import e7_verity
+import json,sys; sys.path.insert(0,'$BENCH'); from benchlib import e7_verity
 e=json.load(open('$W/e7/trees.json'));print(e7_verity.verity_options(e['$IMG']))"); else O=verity=off; fi
 if [ $MODE = kernel ]; then O="kernel,$O"; fi
 M=$(mktemp -d /tmp/v3/seqm-XXXX)

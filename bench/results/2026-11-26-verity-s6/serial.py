@@ -1,7 +1,7 @@
 """One serve daemon, 69 images attached one after another through the control socket
 (`squashd attach`), page cache dropped first; the sum of attach times per variant."""
 import json, os, sys, time, subprocess, statistics, tempfile, signal
-sys.path.insert(0, "/work/wt/verity3/bench")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from benchlib.common import drop_caches, WORK_DIR
 from benchlib import e7_verity
 binary, path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -197,15 +197,21 @@ fn patterned() -> (Vec<u8>, Vec<u8>, TreeLocation) {
 /// superblock, at offset 0 of its own file) and where it lies.
 fn patterned_tree(blocks: u64, data_len: usize) -> (Vec<u8>, Vec<u8>, TreeLocation) {
     let data = pattern(data_len);
-    let params = TreeParams::new(blocks, b"pepper".to_vec());
-    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
+    let (tree, location) = tree_with(TreeParams::new(blocks, b"pepper".to_vec()), &data);
+    (data, tree, location)
+}
+
+/// A tree of `params` over `data` (with its superblock, at offset 0 of its own file) and
+/// where it lies.
+fn tree_with(params: TreeParams, data: &[u8]) -> (Vec<u8>, TreeLocation) {
+    let (tree, root) = build_tree(&params, data, 0, true).unwrap();
     let location = TreeLocation {
         params,
         hash_offset: 0,
         superblock: true,
         root_hash: root.as_bytes().to_vec(),
     };
-    (data, tree, location)
+    (tree, location)
 }
 
 #[test]
@@ -378,13 +384,7 @@ fn with_no_metadata_cache_a_check_reads_one_hash_block_not_the_path_to_the_root(
         hash_block_size: 512,
         ..TreeParams::new(blocks, b"pepper".to_vec())
     };
-    let (tree, root) = build_tree(&params, &data, 0, true).unwrap();
-    let location = TreeLocation {
-        params,
-        hash_offset: 0,
-        superblock: true,
-        root_hash: root.as_bytes().to_vec(),
-    };
+    let (tree, location) = tree_with(params, &data);
     // metadata_cache=0: no hash block of the bottom level is kept between checks.
     let caches = Arc::new(crate::Caches::new(&crate::CacheBudgets::new(0, 0)));
     let source = open_with(data.clone(), 0, tree, &location, caches.clone()).unwrap();

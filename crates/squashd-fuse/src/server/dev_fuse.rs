@@ -112,8 +112,10 @@ fn serve<F: FuseFilesystem>(
             Ok(len) => len,
             // ENOENT: the request was interrupted before it was read; EINTR, EAGAIN: again.
             Err(Errno::NOENT | Errno::INTR | Errno::AGAIN) => continue,
-            // The connection is gone: the file system was unmounted.
-            Err(Errno::NODEV) => return Ok(()),
+            // The connection is gone: the file system was unmounted (ENODEV) or the kernel
+            // ended the connection as aborted (ECONNABORTED; CI saw it once when SIGTERM's
+            // unmount met reads in flight). Either way nothing is left to serve.
+            Err(Errno::NODEV | Errno::CONNABORTED) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
         let Some(request) = buffer.get(..len) else {

@@ -31,6 +31,6 @@ pub use erofs_mount::{mount_erofs, BlobMount};
 pub mod kernel_mount;
 
 pub use kernel_mount::{
-    BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared,
-    TranslationStats,
+    blob_request_threads, BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath,
+    Prepared, TranslationStats,
 };

@@ -10,8 +10,9 @@ use crate::UringError;
 /// The shape of one mount's rings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UringConfig {
-    /// Ring entries (requests in flight) per queue. 1 is enough for an idle image; each more
-    /// lets the kernel hand one more request of that CPU to squashd before the first is answered.
+    /// Ring entries (requests in flight) per queue, each served by a thread of its own. 1 is
+    /// enough for an idle image; each more lets squashd answer one more request of that CPU
+    /// while the others wait (for a decompression, a read from disk). At most 64.
     pub queue_depth: u32,
     /// Bytes of each entry's payload buffer. The kernel refuses a buffer smaller than
     /// [`UringConfig::required_payload_size`] of the negotiated INIT.
@@ -19,8 +20,8 @@ pub struct UringConfig {
     /// Number of queues: the kernel keeps one per possible CPU and uses the ring only once every
     /// one has an entry, so this must be [`possible_cpus`].
     pub cpus: usize,
-    /// How the transport starts. `None`: one thread per CPU at once, pinned to it, with
-    /// `queue_depth` entries of that CPU's queue. `Some(n)`: an idle start, for a mount that
+    /// How the transport starts. `None`: `queue_depth` threads per CPU at once, each with one
+    /// entry of that CPU's queue, the first pinned to it. `Some(n)`: an idle start, for a mount that
     /// may stay idle (a daemon's dozens of images): one unpinned thread with one io_uring holds
     /// one entry of every CPU's queue (the kernel's minimum for using the ring at all), and the
     /// per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
@@ -74,10 +75,12 @@ impl UringConfig {
 /// idle start's queue, which stays). A running transport reports what it has allocated so far:
 /// [`crate::Transport::memory`].
 pub fn ring_memory(config: &UringConfig) -> usize {
+    // Each entry of a CPU's queue has a thread and a ring of its own (`QueueLayout::per_cpu`).
     let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
     let per_cpu = config
         .cpus
-        .saturating_mul(queue_memory(depth, config.payload_size));
+        .saturating_mul(depth)
+        .saturating_mul(queue_memory(1, config.payload_size));
     match config.per_cpu_after {
         Some(_) => per_cpu.saturating_add(queue_memory(config.cpus, config.payload_size)),
         None => per_cpu,

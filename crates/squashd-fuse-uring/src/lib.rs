@@ -73,15 +73,15 @@
 //!
 //! Each queue thread has its own io_uring (single issuer, deferred task work: the kernel copies
 //! requests into a thread's buffers only while it waits for completions, never while the
-//! handler reads or writes them). By default there is one per CPU, pinned to it, with
-//! `queue_depth` entries of that CPU's queue. With an idle start
+//! handler reads or writes them). By default there are `queue_depth` per CPU, each with one
+//! entry of that CPU's queue, the first pinned to the CPU. With an idle start
 //! ([`UringConfig::idle_start`]), for mounts that may stay idle, one unpinned thread first
 //! holds one entry of every CPU's queue, and starts the per-CPU threads once it has answered
 //! the given number of requests: an idle mount costs one thread, one io_uring and one entry per
 //! CPU. Memory is entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`],
 //! so far [`Transport::memory`]; a queue's payloads are one anonymous mapping, resident once
-//! used. Requests of one thread are answered one after another, so a slow request delays the
-//! others it holds: more entries let the kernel queue them, not answer them in parallel.
+//! used. A thread answers one request at a time: the idle start's thread answers its entries
+//! one after another; busy, each entry has a thread, so a slow request holds only its own.
 //!
 //! # Ending
 //!

@@ -1,7 +1,6 @@
 //! One queue thread's io_uring and entries registered with the kernel, answering each request
-//! and fetching the next in one command (the thread around it: `thread.rs`). Either
-//! `queue_depth` entries of one CPU's queue, or the idle start's one entry of every CPU's
-//! queue ([`QueueLayout`]).
+//! and fetching the next in one command (the thread around it: `thread.rs`). Either one entry
+//! of one CPU's queue, or the idle start's one entry of every CPU's queue ([`QueueLayout`]).
 //!
 //! The life of an entry: REGISTER (the kernel keeps the command until a request of this CPU
 //! comes) -> completion with result 0: the request is in the entry's buffers -> the handler

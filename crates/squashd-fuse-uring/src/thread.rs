@@ -1,7 +1,8 @@
-//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: pinned to
-//! one CPU with entries of that CPU's queue, or the idle start's unpinned thread with one entry
-//! of every CPU's queue), and its body: pin, wait for the go-ahead, enable the ring made for it,
-//! register the entries, serve them (`queue.rs`) until the kernel lets go of them.
+//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry of
+//! one CPU's queue, the first such thread pinned to that CPU, or the idle start's unpinned
+//! thread with one entry of every CPU's queue), and its body: pin, wait for the go-ahead,
+//! enable the ring made for it, register the entries, serve them (`queue.rs`) until the kernel
+//! lets go of them.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -26,26 +27,39 @@ pub(crate) struct QueueEnd {
 pub(crate) struct QueueLayout {
     /// The kernel queue (CPU) of each of the thread's entries.
     entry_qids: Vec<u16>,
-    /// The CPU the thread is pinned to, if any.
+    /// The CPU whose queue the thread serves, if one.
     cpu: Option<u16>,
+    /// Which of that CPU's threads this is (the first, 0, is pinned to it).
+    index: usize,
     /// After how many answered requests the thread starts the per-CPU queues (idle start).
     per_cpu_after: Option<u64>,
 }
 
 impl QueueLayout {
-    /// One thread per CPU, pinned to it, with `config.queue_depth` entries of its CPU's queue.
+    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue; the first
+    /// of each CPU is pinned to it.
+    ///
+    /// One thread per entry, not one thread per queue: a thread answers one request at a time,
+    /// and a request may wait (a decompression, a read of the image from disk). The kernel
+    /// gives a request to any free entry of its CPU's queue, so entries of a thread busy with
+    /// another request would hold theirs until it finished, while the CPU might be idle. The
+    /// threads beyond the first are left unpinned: requests of one CPU that each take a core
+    /// (two decompressions) can then run on two.
     pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
-        (0..config.cpus)
-            .map(|cpu| {
-                let qid = qid(cpu)?;
-                Ok(QueueLayout {
-                    entry_qids: vec![qid; depth],
+        let mut layouts = Vec::new();
+        for cpu in 0..config.cpus {
+            let qid = qid(cpu)?;
+            for index in 0..depth {
+                layouts.push(QueueLayout {
+                    entry_qids: vec![qid],
                     cpu: Some(qid),
+                    index,
                     per_cpu_after: None,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        Ok(layouts)
     }
 
     /// The idle start's one thread: one entry of every CPU's queue, unpinned (requests of
@@ -54,16 +68,24 @@ impl QueueLayout {
         Ok(QueueLayout {
             entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
             cpu: None,
+            index: 0,
             per_cpu_after: Some(per_cpu_after),
         })
     }
 
-    /// `fuse-uring-N` for CPU N's thread, `fuse-uring` for the idle start's.
+    /// `fuse-uring-N` for CPU N's first thread, `fuse-uring-N.K` for its others,
+    /// `fuse-uring` for the idle start's.
     pub(crate) fn thread_name(&self) -> String {
-        match self.cpu {
-            Some(cpu) => format!("fuse-uring-{cpu}"),
-            None => "fuse-uring".to_string(),
+        match (self.cpu, self.index) {
+            (Some(cpu), 0) => format!("fuse-uring-{cpu}"),
+            (Some(cpu), index) => format!("fuse-uring-{cpu}.{index}"),
+            (None, _) => "fuse-uring".to_string(),
         }
+    }
+
+    /// The CPU the thread is pinned to, if any: the first thread of a CPU's queue.
+    fn pinned_cpu(&self) -> Option<u16> {
+        self.cpu.filter(|_| self.index == 0)
     }
 
     /// The kernel queue (CPU) of each of the thread's entries.
@@ -73,9 +95,10 @@ impl QueueLayout {
 
     /// How errors name this thread's queue.
     pub(crate) fn label(&self) -> String {
-        match self.cpu {
-            Some(cpu) => format!("queue {cpu}"),
-            None => "the idle queue thread".to_string(),
+        match (self.cpu, self.index) {
+            (Some(cpu), 0) => format!("queue {cpu}"),
+            (Some(cpu), index) => format!("queue {cpu} (thread {index})"),
+            (None, _) => "the idle queue thread".to_string(),
         }
     }
 }
@@ -114,7 +137,7 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
     // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
     // keeps the request's data in its caches. A CPU that is offline or outside this process's
     // affinity leaves the thread unpinned: its queue still works, only without that locality.
-    if let Some(cpu) = layout.cpu {
+    if let Some(cpu) = layout.pinned_cpu() {
         pin_to_cpu(usize::from(cpu));
     }
     let (shared, handler) = (Arc::clone(&context.shared), Arc::clone(&context.handler));

@@ -163,8 +163,8 @@ fn wait_ready(
 impl Transport {
     /// Before the INIT reply: makes the rings and starts the queue threads, each with its
     /// io_uring and entries of
-    /// `config.payload_size` bytes, and with `handler` to answer requests: one thread per CPU
-    /// pinned to it with `config.queue_depth` entries of its CPU's queue or, for an idle start
+    /// `config.payload_size` bytes, and with `handler` to answer requests: `config.queue_depth`
+    /// threads per CPU with one entry of its queue each or, for an idle start
     /// ([`UringConfig::per_cpu_after`]), one unpinned thread with one entry of every CPU's
     /// queue, which starts the per-CPU threads once busy. `config.payload_size` must be at least
     /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
@@ -417,9 +417,10 @@ pub(crate) fn start_per_cpu_queues<H: Handler>(
 }
 
 fn validate(config: &UringConfig) -> Result<(), UringError> {
-    if config.queue_depth == 0 || config.queue_depth > 4096 {
+    // A thread per entry: a deep queue is that many threads per CPU.
+    if config.queue_depth == 0 || config.queue_depth > 64 {
         return Err(UringError::Config(format!(
-            "queue depth {} is outside 1..=4096",
+            "queue depth {} is outside 1..=64",
             config.queue_depth
         )));
     }

@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::testfs::{big_byte, BIG_SIZE, SMALL_CONTENT};
+use common::testfs::{big_byte, BIG_SIZE, SLOW_READ, SMALL_CONTENT};
 use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
 use nix::mount::MntFlags;
 use squashd_fuse_uring::{
@@ -233,6 +233,49 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
     assert_eq!(end.leaked_bytes, 0, "{end:?}");
     assert!(end.errors.is_empty(), "{end:?}");
     println!("ended {:?} after the abort", started.elapsed());
+}
+
+#[test]
+fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    let mut mount = TestMount::mount(true, 1);
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
+    // Both requests are issued on CPU 0, so both go to its queue, of two entries.
+    let slow = mount.path().join("slow");
+    let slow_reader = on_cpu(0, move || {
+        File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]))
+    });
+    let deadline = Instant::now() + BOUND;
+    while !mount.fs.slow_started.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "the slow READ never reached the handler"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let small = mount.path().join("small");
+    let started = Instant::now();
+    let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));
+    assert_eq!(small_read.join().expect("small reader"), SMALL_CONTENT);
+    let waited = started.elapsed();
+    // Answered while the slow READ (SLOW_READ long) still held the other entry: with one
+    // thread serving both entries, it waited for the slow one to be answered first.
+    assert!(
+        !slow_reader.is_finished() && waited < SLOW_READ / 2,
+        "the small read waited {waited:?} behind the slow one"
+    );
+    assert_eq!(
+        slow_reader.join().expect("slow reader").expect("slow read"),
+        16
+    );
+    mount.unmount(MntFlags::empty());
+    let transport = mount.transport.take().expect("transport");
+    assert!(transport.wait_finished(BOUND), "every queue thread ends");
+    let end = transport.shutdown();
+    assert!(end.errors.is_empty(), "{end:?}");
 }
 
 #[test]
@@ -491,7 +534,7 @@ fn an_idle_start_holds_one_entry_per_cpu_and_grows_per_cpu_queues_once_busy() {
         "{stats:?}"
     );
 
-    // Busy: past 40 answers, the per-CPU threads start with `queue_depth` entries each.
+    // Busy: past 40 answers, the per-CPU threads start: `queue_depth` per CPU, an entry each.
     let readers: Vec<_> = (0..cpus())
         .map(|cpu| {
             let path = mount.path().join("big");
@@ -514,7 +557,7 @@ fn an_idle_start_holds_one_entry_per_cpu_and_grows_per_cpu_queues_once_busy() {
     let stats = transport.stats();
     assert_eq!(
         (stats.entries, stats.queue_threads),
-        (cpus() + cpus() * 2, 1 + cpus()),
+        (cpus() + cpus() * 2, 1 + cpus() * 2),
         "{stats:?}"
     );
     assert_eq!(

@@ -58,19 +58,23 @@ impl UringMode {
     }
 }
 
-/// Ring entries per CPU once a mount is busy: one. Each entry holds a payload buffer for the
-/// largest read, and a daemon serves dozens of images, so the rings are kept to one request in
-/// flight per CPU (plus the idle start's entry, which stays); the kernel queues the others of
-/// that CPU until one is answered.
-pub const RING_QUEUE_DEPTH: u32 = 1;
+/// Ring entries per CPU once a mount is busy: two, each with a thread of its own. A request
+/// issued on a CPU goes to that CPU's queue only, and one entry per CPU let a request that
+/// waits (a decompression, a read of the image from disk) hold up every other of its CPU while
+/// the other CPU's entry sat free: a random reader's next miss on the kernel path queued behind
+/// the block swept beside it. Two per CPU (as many handlers as /dev/fuse's request threads,
+/// twice over) let one wait while another is answered. Each entry holds a payload buffer for
+/// the largest read, resident once used, and a daemon serves dozens of images, so no deeper;
+/// the kernel queues the others of that CPU until one is answered.
+pub const RING_QUEUE_DEPTH: u32 = 2;
 
 /// Requests a mount answers over its idle start (one thread and one io_uring holding one entry
 /// of every CPU's queue) before its per-CPU queue threads start. A daemon's idle image (the
 /// readiness probe's stat and listing of its root, an `ls`, a walk of a small service image)
 /// stays below it and so costs one thread and one ring instead of one per CPU; a walk or a read
 /// of any size passes it within its first few percent (a `find` of /usr/include: 4,019
-/// requests). `squashd status` shows the entries (`ring_entries`: CPUs while idle, twice that
-/// once busy, at depth 1).
+/// requests). `squashd status` shows the entries (`ring_entries`: CPUs while idle, three
+/// times that once busy, at depth 2).
 pub const RING_PER_CPU_AFTER: u64 = 256;
 
 /// Pages of one read over the ring: 128 KiB, the kernel's default largest read and SquashFS's

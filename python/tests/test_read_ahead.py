@@ -50,8 +50,8 @@ def test_without_read_ahead_the_reader_decompresses_every_file(images):
         for name in names[1:]:
             image.read_bytes(f"small/{name}")
         after = image.stats()
-    assert after["files_read_ahead"] == {"queued": 0, "files": 0, "chunks": 0, "dirs": 0, "passed": 0,
-                                         "helped": 0}
+    assert after["files_read_ahead"] == {"queued": 0, "files": 0, "chunks": 0, "dirs": 0,
+                                         "next_dirs": 0, "missed": 0, "passed": 0, "helped": 0}
     assert after["cache"]["data"]["loads"] - before["loads"] == len(names) - 1
 
 

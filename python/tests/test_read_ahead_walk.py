@@ -94,3 +94,32 @@ def test_a_walk_that_goes_elsewhere_is_counted_as_missed_and_followed_again(walk
         # Read in order from here, a's files are read ahead again.
         _settle(image, ahead["queued"])
         _read_without_loads(image, contents, ["a/f1", "a/f2"])
+
+
+def test_subdirectories_between_two_files_do_not_stop_read_ahead(tmp_path):
+    """A package's listing has files and subpackages alternating: two files read one after
+    the other with many subdirectories between them are neighbours, and the files queued after
+    them stay queued."""
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tree = tmp_path / "tree"
+    contents = {}
+    names = ["a0"] + [f"z{i:02}" for i in range(40)]
+    for i, name in enumerate(names):
+        contents[name] = os.urandom(5000 + i)
+        (tree / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / "pkg" / name).write_bytes(contents[name])
+    for i in range(6):
+        (tree / "pkg" / f"m{i}").mkdir()
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(image_path), "-comp", "zstd", "-no-fragments",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    with squashd.open(image_path, read_ahead=2) as image:
+        image.read_bytes("pkg/a0")
+        # Six subdirectories (m0..m5) lie between a0 and z00 in the listing.
+        image.read_bytes("pkg/z00")
+        ahead = _settle(image, image.stats()["files_read_ahead"]["queued"])
+        assert ahead["queued"] >= 32, ahead
+        _read_without_loads(image, {f"pkg/{n}": c for n, c in contents.items()},
+                            [f"pkg/z{i:02}" for i in range(1, 20)])

@@ -42,7 +42,7 @@ mod jobs;
 
 use crate::parents::{Listing, ParentDirs};
 use crate::walk_order::{self, Order, WalkDir};
-use jobs::{load, load_file, lower_priority_once};
+use jobs::{load, load_file, lower_priority_once, prefetch};
 use squashd_core::workers::Workers;
 use squashd_core::{FileKind, Image, Inode, InodeId};
 use std::collections::VecDeque;
@@ -91,8 +91,6 @@ struct Job {
     ticket: Option<u64>,
     /// Who has the file (see [`QUEUED`]); `None` for a subdirectory's first files.
     claim: Option<Arc<AtomicU8>>,
-    /// For [`What::Prefetch`]: the files whose data to ask for.
-    files: Vec<InodeId>,
 }
 
 /// A file queued and not yet come to: of the reader's directory, or of one the walk enters
@@ -117,11 +115,6 @@ enum What {
     File,
     /// A directory: its first files' first blocks.
     FirstFiles,
-    /// The image bytes holding the data of `files` (files just queued) and the bytes after
-    /// them, asked of the source in one request: a cold image is otherwise read block by block as
-    /// the reader and the workers come to each, by threads at different places of the image,
-    /// which the kernel's read-ahead does not follow.
-    Prefetch,
 }
 
 /// What the read-ahead across files did, for `Image.stats()`.
@@ -139,8 +132,6 @@ struct Counters {
     next_dirs: AtomicU64,
     /// Predictions of the walk's next directory that missed: it went elsewhere.
     missed: AtomicU64,
-    /// The image bytes last asked of the source (see [`What::Prefetch`]).
-    prefetched: Mutex<(u64, u64)>,
     /// Files dropped (or left part way) because the reader had come to them first.
     passed: AtomicU64,
     /// Files the reader decompressed into the data cache while a worker finished the file it
@@ -360,7 +351,6 @@ impl SiblingReadAhead {
                     what: What::FirstFiles,
                     ticket: None,
                     claim: None,
-                    files: Vec::new(),
                 };
                 if !self.workers.offer(job) {
                     break;
@@ -449,15 +439,9 @@ impl SiblingReadAhead {
         if picked.is_empty() {
             return;
         }
-        let prefetch = Job {
-            image: image.clone(),
-            id: picked[0].2,
-            what: What::Prefetch,
-            ticket: None,
-            claim: None,
-            files: picked.iter().map(|p| p.2).collect(),
-        };
-        self.workers.offer(prefetch);
+        // Asked for here, not by a worker: workers that lag behind (a busy machine) would ask
+        // for them after the reader has read them itself, waiting for each block's read.
+        prefetch(image, picked.iter().map(|p| p.2));
         for (dir, index, id) in picked {
             let ticket = state.next_ticket;
             let claim = Arc::new(AtomicU8::new(QUEUED));
@@ -467,7 +451,6 @@ impl SiblingReadAhead {
                 what: What::File,
                 ticket: Some(ticket),
                 claim: Some(claim.clone()),
-                files: Vec::new(),
             };
             if !self.workers.offer(job) {
                 // The queue is full: the rest is left to the reader.

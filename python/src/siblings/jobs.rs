@@ -2,50 +2,48 @@
 
 use super::WORKER_NICENESS;
 use super::{Counters, Job, What, BLOCKS_PER_FILE, DONE, FIRST_FILES, QUEUED, RUNNING, TAKEN};
-use squashd_core::{FileKind, Image, Inode};
+use squashd_core::{FileKind, Image, Inode, InodeId};
 use std::sync::atomic::Ordering;
-use std::sync::PoisonError;
 
-/// Image bytes asked of the source at once from where the first of a batch of queued files'
-/// data begins: the batch's own and those of the files after it, which (with data written in
-/// the order of a walk) the next batches read.
-const PREFETCH_AHEAD: u64 = 4 << 20;
-/// The most bytes one such request asks for.
-const PREFETCH_BYTES: u64 = 16 << 20;
+/// Blocks' worth of image bytes asked for from where a file's data begins, at most: its
+/// blocks read ahead (their stored bytes are at most as long), or for a tail end its fragment
+/// block.
+const PREFETCH_PER_FILE: u64 = BLOCKS_PER_FILE;
+/// Requests closer than this are asked for as one.
+const PREFETCH_GAP: u64 = 128 << 10;
 
-/// Asks the source for the image bytes that hold the data of `job.files`: from where the first
-/// of them begins to [`PREFETCH_AHEAD`] on or a block past where the last begins (at most
-/// [`PREFETCH_BYTES`]), unless the last request covered them.
-fn prefetch(job: &Job, counters: &Counters) {
-    let positions = job
-        .files
-        .iter()
-        .filter_map(|&id| job.image.inode(id).ok())
-        .filter_map(|inode| job.image.data_position(&inode));
-    let (mut first, mut last) = (u64::MAX, 0);
-    for pos in positions {
-        first = first.min(pos);
-        last = last.max(pos);
+/// Asks the source for the image bytes holding the data of `files` (files just queued), a
+/// request per run of nearby ones: a cold image is otherwise read block by block as the reader
+/// and the workers come to each file, by threads at different places of the image, which the
+/// kernel's read-ahead does not follow. (A directory's files lie between its subdirectories'
+/// data in the image, so one range from the first to the last would be most of a package.)
+pub(super) fn prefetch(image: &Image, files: impl Iterator<Item = InodeId>) {
+    let bs = u64::from(image.block_size()).max(1);
+    let mut ranges: Vec<(u64, u64)> = files
+        .filter_map(|id| image.inode(id).ok())
+        .filter_map(|inode| {
+            let start = image.data_position(&inode)?;
+            let blocks = inode.size.div_ceil(bs).clamp(1, PREFETCH_PER_FILE);
+            Some((start, start.saturating_add(blocks * bs)))
+        })
+        .collect();
+    ranges.sort_unstable();
+    let mut run: Option<(u64, u64)> = None;
+    for (start, end) in ranges {
+        run = match run {
+            Some((from, to)) if start <= to.saturating_add(PREFETCH_GAP) => {
+                Some((from, to.max(end)))
+            }
+            Some((from, to)) => {
+                image.prefetch(from, to - from);
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
     }
-    if first > last {
-        return;
+    if let Some((from, to)) = run {
+        image.prefetch(from, to - from);
     }
-    let end = last
-        .saturating_add(u64::from(job.image.block_size()))
-        .max(first.saturating_add(PREFETCH_AHEAD))
-        .min(first.saturating_add(PREFETCH_BYTES));
-    {
-        let mut asked = counters
-            .prefetched
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let (from, to) = *asked;
-        if first >= from && last < to {
-            return;
-        }
-        *asked = (first, end);
-    }
-    job.image.prefetch(first, end - first);
 }
 
 /// Lowers the calling worker thread's priority by [`WORKER_NICENESS`], once. (Linux keeps a
@@ -87,9 +85,6 @@ pub(super) fn load(job: Job, counters: &Counters) {
 
 /// A job no one claims: a subdirectory's first files.
 fn load_unclaimed(job: &Job, counters: &Counters) {
-    if job.what == What::Prefetch {
-        return prefetch(job, counters);
-    }
     let Ok(inode) = job.image.inode(job.id) else {
         return;
     };

@@ -414,6 +414,8 @@ impl SiblingReadAhead {
         };
         let room = WINDOW_FILES.saturating_sub(state.tickets.len());
         let mut picked = Vec::with_capacity(room);
+        // The directories gone through, for picked files to name theirs (by index here).
+        let mut passed_through = Vec::new();
         let mut moves = 0;
         while picked.len() < room {
             if next >= at.listing.len() {
@@ -426,16 +428,18 @@ impl SiblingReadAhead {
                 };
                 moves += 1;
                 self.counters.next_dirs.fetch_add(1, Ordering::Relaxed);
-                (at, next) = (after, 0);
+                passed_through.push(std::mem::replace(&mut at, after));
+                next = 0;
                 continue;
             }
             let entry = &at.listing[next];
             if entry.kind == FileKind::File {
-                picked.push((at.id, next, entry.id));
+                picked.push((passed_through.len(), next, entry.id));
             }
             next += 1;
         }
-        state.cursor = Some((at, next));
+        passed_through.push(at);
+        state.cursor = passed_through.last().map(|at| (at.clone(), next));
         if picked.is_empty() {
             return;
         }
@@ -443,6 +447,7 @@ impl SiblingReadAhead {
         // for them after the reader has read them itself, waiting for each block's read.
         prefetch(image, picked.iter().map(|p| p.2));
         for (dir, index, id) in picked {
+            let dir_id = passed_through[dir].id;
             let ticket = state.next_ticket;
             let claim = Arc::new(AtomicU8::new(QUEUED));
             let job = Job {
@@ -453,12 +458,15 @@ impl SiblingReadAhead {
                 claim: Some(claim.clone()),
             };
             if !self.workers.offer(job) {
-                // The queue is full: the rest is left to the reader.
+                // The queue is full (workers that lag behind have yet to take off the jobs of
+                // files the reader came to): queueing goes on from this file at the next read,
+                // so that the window has no gap where the walk would look missed.
+                state.cursor = Some((passed_through[dir].clone(), index));
                 break;
             }
             state.next_ticket += 1;
             state.tickets.push_back(Queued {
-                dir,
+                dir: dir_id,
                 index,
                 ticket,
                 id,

@@ -375,12 +375,19 @@ impl SiblingReadAhead {
     /// everything queued is dropped, and the walk's order is learned from this step.
     fn enter(&self, image: &Image, parents: &ParentDirs, state: &mut State, here: WalkDir) {
         let hit = state.tickets.iter().position(|q| q.dir == here.id);
+        // Queueing had come to this directory but queued none of its files yet (the workers'
+        // queue was full): the walk went where predicted.
+        let cursor_here = matches!(&state.cursor, Some((at, _)) if at.id == here.id);
         match hit {
             Some(at) => {
                 state.tickets.drain(..at);
                 if let Some(first) = state.tickets.front() {
                     self.reader_passed(first.ticket);
                 }
+            }
+            None if cursor_here => {
+                self.reader_passed(state.next_ticket);
+                state.tickets.clear();
             }
             None => {
                 if state.order.is_some() && state.cursor.is_some() {

@@ -21,8 +21,9 @@
 //! that file or gone past it: a whole-file read decompresses what the cache does not hold
 //! straight into its own buffer, so a block a worker decompressed into the cache after that
 //! would be decompressed twice and kept for no one. Each file's job carries a ticket, issued in
-//! the listing's order; the reader publishes the ticket of the file it reads (or, when it
-//! leaves the directory, of the last file queued), and workers skip tickets at or below it.
+//! the order the walk reads the files (across directories); the reader publishes the ticket of
+//! the file it reads (or, when it enters a directory, of the first file queued there, or when
+//! the walk went elsewhere, of the last file queued), and workers skip tickets below it.
 //!
 //! Each queued file also carries a claim, so that no file is decompressed twice and no thread
 //! sits waiting while there is work queued: a worker claims a file before it starts it, and the
@@ -86,7 +87,7 @@ struct Job {
     image: Image,
     id: InodeId,
     what: What,
-    /// For a file of the reader's directory: its place in the order the reader reads them.
+    /// For a file queued in the walk's order: its place in the order the reader reads them.
     /// `None` for a subdirectory's first files, which a walk may enter in any order.
     ticket: Option<u64>,
     /// Who has the file (see [`QUEUED`]); `None` for a subdirectory's first files.

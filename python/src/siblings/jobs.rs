@@ -1,4 +1,5 @@
-//! What the workers of read-ahead across files do with a job.
+//! The work of read-ahead across files: the workers' jobs, and the requests for image bytes
+//! the reader makes when it queues files.
 
 use super::WORKER_NICENESS;
 use super::{Counters, Job, What, BLOCKS_PER_FILE, DONE, FIRST_FILES, QUEUED, RUNNING, TAKEN};

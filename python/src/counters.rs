@@ -67,6 +67,8 @@ pub fn stats<'py>(py: Python<'py>, shared: &Shared) -> PyResult<Bound<'py, PyDic
     files.set_item("files", across.files)?;
     files.set_item("chunks", across.chunks)?;
     files.set_item("dirs", across.dirs)?;
+    files.set_item("next_dirs", across.next_dirs)?;
+    files.set_item("missed", across.missed)?;
     files.set_item("passed", across.passed)?;
     files.set_item("helped", across.helped)?;
     d.set_item("files_read_ahead", files)?;

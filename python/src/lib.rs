@@ -17,6 +17,7 @@ mod resolve;
 mod shared;
 mod siblings;
 mod stat;
+mod walk_order;
 
 use pyo3::prelude::*;
 

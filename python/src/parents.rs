@@ -107,7 +107,7 @@ impl ParentDirs {
 
     /// The directory at `parent`, remembered or resolved now; `None` if it is not one (the
     /// walk from the root then says why).
-    fn parent(&self, image: &Image, parent: &[u8]) -> Option<Parent> {
+    pub fn parent(&self, image: &Image, parent: &[u8]) -> Option<Parent> {
         if let Some(found) = self.lock().by_path.get(parent) {
             return Some(found.clone());
         }

@@ -103,7 +103,13 @@ impl Shared {
         let (inode, parent, listing) = self.parents.resolve_in(&self.image, path, true)?;
         if let (Some(siblings), Some((dir, name))) = (&self.siblings, &parent) {
             if inode.kind == squashd_core::FileKind::File {
-                siblings.on_read(&self.image, dir, listing, name);
+                // The directory's path as the reader names it (`walk_order` follows the walk
+                // by these texts).
+                let dir_path = match path.iter().rposition(|&b| b == b'/') {
+                    Some(at) => &path[..at],
+                    None => &path[..0],
+                };
+                siblings.on_read(&self.image, &self.parents, dir, dir_path, listing, name);
             }
         }
         if inode.is_dir() {

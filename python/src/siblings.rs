@@ -6,18 +6,24 @@
 //! Python thread would otherwise be held to one core's decompression.
 //!
 //! It starts when a directory's first file is read, or two reads in a row were of neighbours in
-//! one directory, and keeps a bounded window of files ahead; anything else (random access, several readers interleaving)
-//! leaves it idle. When such a reader reaches a directory's last file, the first files of its
-//! subdirectories are read ahead too: a walk enters one of them next (which one depends on the
-//! walk), and there its first read would otherwise find nothing ahead. The state sits behind a lock that readers only try: a reader that finds it
+//! one directory, and keeps a bounded window of files ahead; anything else (random access,
+//! several readers interleaving) leaves it idle. The window goes on past the directory's last
+//! file into the directories the walk enters next (`walk_order`: which one comes next depends
+//! on the walk, and is learned from its last step into a new directory): with about ten files
+//! a directory, as in Python environments, a window that ended at each directory's last file
+//! would leave the workers idle at every directory change. Until a walk's order is known, a
+//! reader that reaches a directory's last file has the first files of its subdirectories read
+//! ahead instead (it enters one of them next, and there its first read would otherwise find
+//! nothing ahead). The state sits behind a lock that readers only try: a reader that finds it
 //! taken goes on without read-ahead rather than waiting.
 //!
 //! A file's job is dropped (and a file's remaining blocks are left) once the reader has come to
 //! that file or gone past it: a whole-file read decompresses what the cache does not hold
 //! straight into its own buffer, so a block a worker decompressed into the cache after that
 //! would be decompressed twice and kept for no one. Each file's job carries a ticket, issued in
-//! the listing's order; the reader publishes the ticket of the file it reads (or, when it
-//! leaves the directory, of the last file queued), and workers skip tickets at or below it.
+//! the order the walk reads the files (across directories); the reader publishes the ticket of
+//! the file it reads (or, when it enters a directory, of the first file queued there, or when
+//! the walk went elsewhere, of the last file queued), and workers skip tickets below it.
 //!
 //! Each queued file also carries a claim, so that no file is decompressed twice and no thread
 //! sits waiting while there is work queued: a worker claims a file before it starts it, and the
@@ -33,8 +39,13 @@
 //! a worker per core the scheduler would give it only a share of a core beside them; the
 //! workers' files wait in the cache either way, and what they leave undone the reader does.
 
+mod jobs;
+
+use crate::parents::{Listing, ParentDirs};
+use crate::walk_order::{self, Order, WalkDir};
+use jobs::{load, load_file, lower_priority_once, prefetch};
 use squashd_core::workers::Workers;
-use squashd_core::{DirEntry, FileKind, Image, Inode, InodeId};
+use squashd_core::{FileKind, Image, Inode, InodeId};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,8 +54,9 @@ use std::sync::{Arc, Mutex};
 const WINDOW_FILES: usize = 32;
 /// Blocks of each file read ahead: a larger file's reader splits its read between threads.
 const BLOCKS_PER_FILE: u64 = 16;
-/// Jobs waiting at most.
-const QUEUE: usize = 64;
+/// Jobs waiting at most: the window's, and those of files the reader came to that workers have
+/// yet to take off the queue (and skip).
+const QUEUE: usize = 128;
 /// A queued file's claim: no thread has started it.
 const QUEUED: u8 = 0;
 /// A worker (or the reader, helping) is decompressing it into the data cache.
@@ -60,11 +72,12 @@ const SUBDIRS: usize = 16;
 /// its first read there queues the rest.
 const FIRST_FILES: usize = 2;
 
-/// Files whose data is asked of the source at once, ahead of the files queued (see
-/// [`What::Prefetch`]).
-const PREFETCH_FILES: usize = 64;
-/// The most bytes one such request asks for.
-const PREFETCH_BYTES: u64 = 16 << 20;
+/// The window is topped up when this many of its files have been come to: files are queued
+/// (and their image bytes asked for) in batches rather than one a read.
+const REFILL: usize = 8;
+/// Directories the window moves on into at most in one read (directories without files are
+/// stepped through too).
+const DIRS_PER_READ: usize = 8;
 
 /// Nice levels the workers run below the thread that made them (see the module doc).
 const WORKER_NICENESS: i32 = 3;
@@ -74,18 +87,19 @@ struct Job {
     image: Image,
     id: InodeId,
     what: What,
-    /// For a file of the reader's directory: its place in the order the reader reads them.
+    /// For a file queued in the walk's order: its place in the order the reader reads them.
     /// `None` for a subdirectory's first files, which a walk may enter in any order.
     ticket: Option<u64>,
     /// Who has the file (see [`QUEUED`]); `None` for a subdirectory's first files.
     claim: Option<Arc<AtomicU8>>,
-    /// For [`What::Prefetch`]: the files whose data to ask for.
-    files: Vec<InodeId>,
 }
 
-/// A file of the reader's directory queued and not yet come to.
+/// A file queued and not yet come to: of the reader's directory, or of one the walk enters
+/// after it.
 struct Queued {
-    /// Its index in the listing.
+    /// Its directory.
+    dir: InodeId,
+    /// Its index in the directory's listing.
     index: usize,
     /// Its ticket.
     ticket: u64,
@@ -102,11 +116,6 @@ enum What {
     File,
     /// A directory: its first files' first blocks.
     FirstFiles,
-    /// The image bytes holding the data of `files` (next files of the reader's directory),
-    /// asked of the source in one request: a cold image is otherwise read block by block as
-    /// the reader and the workers come to each, by threads at different places of the image,
-    /// which the kernel's read-ahead does not follow.
-    Prefetch,
 }
 
 /// What the read-ahead across files did, for `Image.stats()`.
@@ -120,6 +129,10 @@ struct Counters {
     chunks: AtomicU64,
     /// Subdirectories whose first files were queued.
     dirs: AtomicU64,
+    /// Directories a walk was predicted to enter next, whose files were queued.
+    next_dirs: AtomicU64,
+    /// Predictions of the walk's next directory that missed: it went elsewhere.
+    missed: AtomicU64,
     /// Files dropped (or left part way) because the reader had come to them first.
     passed: AtomicU64,
     /// Files the reader decompressed into the data cache while a worker finished the file it
@@ -140,6 +153,10 @@ pub struct SiblingStats {
     pub chunks: u64,
     /// Subdirectories whose first files were queued.
     pub dirs: u64,
+    /// Directories a walk was predicted to enter next, whose files were queued.
+    pub next_dirs: u64,
+    /// Predictions of the walk's next directory that missed: it went elsewhere.
+    pub missed: u64,
     /// Files dropped (or left part way) because the reader had come to them first.
     pub passed: u64,
     /// Files the reader decompressed into the data cache while a worker finished the file it
@@ -150,14 +167,10 @@ pub struct SiblingStats {
 /// Where the sequential reader stands.
 #[derive(Default)]
 struct State {
-    /// The directory it reads, and its listing.
-    dir: Option<(InodeId, Arc<Vec<DirEntry>>)>,
+    /// The directory it reads.
+    dir: Option<WalkDir>,
     /// The index in the listing of the file it read last.
     last: usize,
-    /// Entries below this index are queued already.
-    queued_until: usize,
-    /// The data of files below this index was asked of the source.
-    prefetched_until: usize,
     /// Reads in a row of neighbours.
     streak: u32,
     /// Whether its subdirectories' first files were queued.
@@ -166,6 +179,11 @@ struct State {
     tickets: VecDeque<Queued>,
     /// The next ticket to issue (tickets grow across directories).
     next_ticket: u64,
+    /// Where queueing goes on: a directory (the reader's, or one the walk enters after it)
+    /// and the index in its listing of the next entry to queue.
+    cursor: Option<(WalkDir, usize)>,
+    /// The order the walk takes subdirectories in, once learned.
+    order: Option<Order>,
 }
 
 /// Read-ahead across the files of a directory, for one image.
@@ -203,6 +221,8 @@ impl SiblingReadAhead {
             files: self.counters.files.load(Ordering::Relaxed),
             chunks: self.counters.chunks.load(Ordering::Relaxed),
             dirs: self.counters.dirs.load(Ordering::Relaxed),
+            next_dirs: self.counters.next_dirs.load(Ordering::Relaxed),
+            missed: self.counters.missed.load(Ordering::Relaxed),
             passed: self.counters.passed.load(Ordering::Relaxed),
             helped: self.counters.helped.load(Ordering::Relaxed),
         }
@@ -216,47 +236,50 @@ impl SiblingReadAhead {
             .fetch_max(tickets, Ordering::Relaxed);
     }
 
-    /// Notes that file `name` of directory `dir` (whose `listing` the caller may have read
-    /// already) is being read and, if it follows the file read before, queues the files after
-    /// it.
+    /// Notes that file `name` of directory `dir` (at `dir_path`, as the reader names it; whose
+    /// `listing` the caller may have read already) is being read and, if it follows the file
+    /// read before, queues the files after it, in this directory and the next ones of the walk.
     pub fn on_read(
         &self,
         image: &Image,
+        parents: &ParentDirs,
         dir: &Inode,
-        listing: Option<crate::parents::Listing>,
+        dir_path: &[u8],
+        listing: Option<Listing>,
         name: &[u8],
     ) {
         let Ok(mut state) = self.state.try_lock() else {
             return;
         };
-        let listing = match &state.dir {
-            Some((id, listing)) if *id == dir.id => listing.clone(),
-            _ => {
-                let listing = match listing {
-                    Some(listing) => listing,
-                    None => match image.read_dir(dir) {
-                        Ok(listing) => Arc::new(listing),
-                        Err(_) => return,
-                    },
-                };
-                // The reader left the directory: what is queued there is not for it now.
-                self.reader_passed(state.next_ticket);
-                *state = State {
-                    dir: Some((dir.id, listing.clone())),
-                    next_ticket: state.next_ticket,
-                    ..State::default()
-                };
-                listing
-            }
+        if state.dir.as_ref().map(|d| d.id) != Some(dir.id) {
+            let listing = match listing {
+                Some(listing) => listing,
+                None => match image.read_dir(dir) {
+                    Ok(listing) => Arc::new(listing),
+                    Err(_) => return,
+                },
+            };
+            let here = WalkDir {
+                path: dir_path.to_vec(),
+                id: dir.id,
+                listing,
+            };
+            self.enter(image, parents, &mut state, here);
+        }
+        let Some(here) = state.dir.clone() else {
+            return;
         };
         // Listings are sorted; one that is not (a hostile image) finds nothing: no read-ahead.
-        let Ok(index) = listing.binary_search_by(|e| e.name.as_slice().cmp(name)) else {
+        let Ok(index) = here
+            .listing
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+        else {
             return;
         };
         // Files queued up to this one: the reader reads this one itself and skipped the others.
         let mut worker_has_it = None;
         while let Some(queued) = state.tickets.front() {
-            if queued.index > index {
+            if queued.dir != here.id || queued.index > index {
                 break;
             }
             self.reader_passed(queued.ticket + 1);
@@ -274,8 +297,18 @@ impl SiblingReadAhead {
             }
             state.tickets.pop_front();
         }
-        let first_file = listing[..index].iter().all(|e| e.kind != FileKind::File);
-        let follows = index > state.last && index <= state.last + 4;
+        let first_file = here.listing[..index]
+            .iter()
+            .all(|e| e.kind != FileKind::File);
+        // The next file after the one read before, or one of the few after it (a walk that
+        // reads some files of a directory). Subdirectories between them do not count: a
+        // package's files and subpackages alternate in its listing.
+        let follows = index > state.last
+            && here.listing[state.last + 1..index]
+                .iter()
+                .filter(|e| e.kind == FileKind::File)
+                .count()
+                < 4;
         state.streak = if follows || first_file {
             state.streak + 1
         } else {
@@ -283,72 +316,35 @@ impl SiblingReadAhead {
         };
         state.last = index;
         if state.streak == 0 {
-            state.queued_until = 0;
+            // Not a walk (or not now): what is queued is not for this reader.
+            self.reader_passed(state.next_ticket);
+            state.tickets.clear();
+            state.cursor = None;
             return;
         }
-        let mut next = state.queued_until.max(index + 1);
-        if next + WINDOW_FILES > state.prefetched_until && next < listing.len() {
-            let from = state.prefetched_until.max(next);
-            let until = (from + PREFETCH_FILES).min(listing.len());
-            let files: Vec<_> = listing[from..until]
-                .iter()
-                .filter(|e| e.kind == FileKind::File)
-                .map(|e| e.id)
-                .collect();
-            let job = Job {
-                image: image.clone(),
-                id: dir.id,
-                what: What::Prefetch,
-                ticket: None,
-                claim: None,
-                files,
-            };
-            if self.workers.offer(job) {
-                state.prefetched_until = until;
-            }
+        // Queueing goes on after this file, unless it has gone past it already.
+        let behind = match &state.cursor {
+            Some((at, next)) => at.id == here.id && *next <= index,
+            None => true,
+        };
+        if behind {
+            state.cursor = Some((here.clone(), index + 1));
         }
-        let mut files = listing[index + 1..next.min(listing.len())]
-            .iter()
-            .filter(|e| e.kind == FileKind::File)
-            .count();
-        while next < listing.len() && files < WINDOW_FILES {
-            let entry = &listing[next];
-            if entry.kind == FileKind::File {
-                let ticket = state.next_ticket;
-                let claim = Arc::new(AtomicU8::new(QUEUED));
-                let job = Job {
-                    image: image.clone(),
-                    id: entry.id,
-                    what: What::File,
-                    ticket: Some(ticket),
-                    claim: Some(claim.clone()),
-                    files: Vec::new(),
-                };
-                if !self.workers.offer(job) {
-                    break;
-                }
-                state.next_ticket += 1;
-                state.tickets.push_back(Queued {
-                    index: next,
-                    ticket,
-                    id: entry.id,
-                    claim,
-                });
-                self.counters.queued.fetch_add(1, Ordering::Relaxed);
-                files += 1;
-            }
-            next += 1;
+        if state.tickets.is_empty() || state.tickets.len() + REFILL <= WINDOW_FILES {
+            self.top_up(image, parents, &mut state);
         }
-        state.queued_until = next;
-        // The reader has read the directory's last file: a walk goes on into a subdirectory
-        // (which one depends on the walk), and a directory's first file is read before its
+        // The reader has read the directory's last file and the walk's order is not known: a
+        // walk goes on into a subdirectory, and a directory's first file is read before its
         // read queues the others. Have the first files of each read ahead.
-        let last_file = listing[index + 1..]
+        let last_file = here.listing[index + 1..]
             .iter()
             .all(|e| e.kind != FileKind::File);
-        if last_file && !state.descended {
+        if last_file && !state.descended && state.order.is_none() {
             state.descended = true;
-            let subdirs = listing.iter().filter(|e| e.kind == FileKind::Directory);
+            let subdirs = here
+                .listing
+                .iter()
+                .filter(|e| e.kind == FileKind::Directory);
             for entry in subdirs.take(SUBDIRS) {
                 let job = Job {
                     image: image.clone(),
@@ -356,7 +352,6 @@ impl SiblingReadAhead {
                     what: What::FirstFiles,
                     ticket: None,
                     claim: None,
-                    files: Vec::new(),
                 };
                 if !self.workers.offer(job) {
                     break;
@@ -373,6 +368,119 @@ impl SiblingReadAhead {
                 .collect();
             drop(state);
             self.help_while_running(image, &claim, next);
+        }
+    }
+
+    /// The reader has come to directory `here`. If the window went on into it (the walk went
+    /// where it was predicted to), the files queued before it were skipped; otherwise
+    /// everything queued is dropped, and the walk's order is learned from this step.
+    fn enter(&self, image: &Image, parents: &ParentDirs, state: &mut State, here: WalkDir) {
+        let hit = state.tickets.iter().position(|q| q.dir == here.id);
+        // Queueing had come to this directory but queued none of its files yet (the workers'
+        // queue was full): the walk went where predicted.
+        let cursor_here = matches!(&state.cursor, Some((at, _)) if at.id == here.id);
+        match hit {
+            Some(at) => {
+                state.tickets.drain(..at);
+                if let Some(first) = state.tickets.front() {
+                    self.reader_passed(first.ticket);
+                }
+            }
+            None if cursor_here => {
+                self.reader_passed(state.next_ticket);
+                state.tickets.clear();
+            }
+            None => {
+                if state.order.is_some() && state.cursor.is_some() {
+                    self.counters.missed.fetch_add(1, Ordering::Relaxed);
+                }
+                self.reader_passed(state.next_ticket);
+                state.tickets.clear();
+                state.cursor = None;
+                state.order = state
+                    .dir
+                    .as_ref()
+                    .and_then(|from| walk_order::learn(image, parents, from, here.id));
+            }
+        }
+        *state = State {
+            dir: Some(here),
+            tickets: std::mem::take(&mut state.tickets),
+            next_ticket: state.next_ticket,
+            cursor: state.cursor.take(),
+            order: state.order,
+            ..State::default()
+        };
+    }
+
+    /// Queues files from the cursor on, into the directories the walk enters next once the
+    /// cursor's is done, until the window is full; the image bytes of the files queued are
+    /// asked of the source first.
+    fn top_up(&self, image: &Image, parents: &ParentDirs, state: &mut State) {
+        let Some((mut at, mut next)) = state.cursor.take() else {
+            return;
+        };
+        let room = WINDOW_FILES.saturating_sub(state.tickets.len());
+        let mut picked = Vec::with_capacity(room);
+        // The directories gone through, for picked files to name theirs (by index here).
+        let mut passed_through = Vec::new();
+        let mut moves = 0;
+        while picked.len() < room {
+            if next >= at.listing.len() {
+                let Some(order) = state.order else { break };
+                if moves == DIRS_PER_READ {
+                    break;
+                }
+                let Some(after) = walk_order::next_dir(image, parents, &at, order) else {
+                    break;
+                };
+                moves += 1;
+                self.counters.next_dirs.fetch_add(1, Ordering::Relaxed);
+                passed_through.push(std::mem::replace(&mut at, after));
+                next = 0;
+                continue;
+            }
+            let entry = &at.listing[next];
+            if entry.kind == FileKind::File {
+                picked.push((passed_through.len(), next, entry.id));
+            }
+            next += 1;
+        }
+        passed_through.push(at);
+        state.cursor = passed_through.last().map(|at| (at.clone(), next));
+        if picked.is_empty() {
+            return;
+        }
+        // Asked for here, not by a worker: workers that lag behind (a busy machine) would ask
+        // for them after the reader has read them itself, waiting for each block's read.
+        prefetch(image, picked.iter().map(|p| p.2));
+        for (dir, index, id) in picked {
+            let dir_id = passed_through[dir].id;
+            let ticket = state.next_ticket;
+            let claim = Arc::new(AtomicU8::new(QUEUED));
+            let job = Job {
+                image: image.clone(),
+                id,
+                what: What::File,
+                ticket: Some(ticket),
+                claim: Some(claim.clone()),
+            };
+            if !self.workers.offer(job) {
+                // The queue is full (workers that lag behind have yet to take off the jobs of
+                // files the reader came to): queueing goes on from this file at the next read,
+                // so that the window has no gap where the walk would look missed.
+                state.cursor = Some((passed_through[dir].clone(), index));
+                break;
+            }
+            state.next_ticket += 1;
+            state.tickets.push_back(Queued {
+                dir: dir_id,
+                index,
+                ticket,
+                id,
+                claim,
+            });
+            self.counters.queued.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -435,109 +543,4 @@ impl SiblingReadAhead {
             self.counters.helped.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// Asks the source for the image bytes that hold the data of `job.files`: from where the first
-/// of them begins to a block past where the last begins, at most [`PREFETCH_BYTES`].
-fn prefetch(job: &Job) {
-    let positions = job
-        .files
-        .iter()
-        .filter_map(|&id| job.image.inode(id).ok())
-        .filter_map(|inode| job.image.data_position(&inode));
-    let (mut first, mut last) = (u64::MAX, 0);
-    for pos in positions {
-        first = first.min(pos);
-        last = last.max(pos);
-    }
-    if first > last {
-        return;
-    }
-    let end = last.saturating_add(u64::from(job.image.block_size()));
-    job.image.prefetch(first, (end - first).min(PREFETCH_BYTES));
-}
-
-/// Lowers the calling worker thread's priority by [`WORKER_NICENESS`], once. (Linux keeps a
-/// nice value per thread: `setpriority` of the calling process changes only this thread.) A
-/// failure leaves the thread as it is.
-fn lower_priority_once() {
-    thread_local! {
-        static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    if LOWERED.with(|lowered| lowered.replace(true)) {
-        return;
-    }
-    if let Ok(nice) = rustix::process::getpriority_process(None) {
-        let _ = rustix::process::setpriority_process(None, (nice + WORKER_NICENESS).min(19));
-    }
-}
-
-/// Decompresses the first blocks of a file (or of a directory's first files) into the data
-/// cache. Errors are left for the reader to meet when it gets there.
-fn load(job: Job, counters: &Counters) {
-    let Some(claim) = &job.claim else {
-        return load_unclaimed(&job, counters);
-    };
-    if claim
-        .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // The reader came to it first (or, helping, is reading it ahead itself).
-        if claim.load(Ordering::Acquire) == TAKEN {
-            counters.passed.fetch_add(1, Ordering::Relaxed);
-        }
-        return;
-    }
-    if let Ok(inode) = job.image.inode(job.id) {
-        load_file(&job.image, &inode, job.ticket, counters);
-    }
-    claim.store(DONE, Ordering::Release);
-}
-
-/// A job no one claims: a subdirectory's first files.
-fn load_unclaimed(job: &Job, counters: &Counters) {
-    if job.what == What::Prefetch {
-        return prefetch(job);
-    }
-    let Ok(inode) = job.image.inode(job.id) else {
-        return;
-    };
-    if job.what == What::FirstFiles {
-        let Ok(listing) = job.image.read_dir(&inode) else {
-            return;
-        };
-        let files = listing.iter().filter(|e| e.kind == FileKind::File);
-        for entry in files.take(FIRST_FILES) {
-            counters.queued.fetch_add(1, Ordering::Relaxed);
-            if let Ok(inode) = job.image.inode(entry.id) {
-                load_file(&job.image, &inode, None, counters);
-            }
-        }
-        return;
-    }
-    load_file(&job.image, &inode, job.ticket, counters);
-}
-
-/// Decompresses the first blocks of file `inode` into the data cache, unless the reader comes
-/// to the file (its `ticket`) first.
-fn load_file(image: &Image, inode: &Inode, ticket: Option<u64>, counters: &Counters) {
-    let Ok(reader) = image.open_file(inode) else {
-        return;
-    };
-    let come_to = || ticket.is_some_and(|t| t < counters.reader_at.load(Ordering::Relaxed));
-    for index in 0..reader.chunk_count().min(BLOCKS_PER_FILE) {
-        if come_to() {
-            counters.passed.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        // A block another thread is loading is left to it (not waited for).
-        match reader.preload_chunk(index) {
-            Ok(true) => {
-                counters.chunks.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(false) => {}
-            Err(_) => return,
-        }
-    }
-    counters.files.fetch_add(1, Ordering::Relaxed);
 }

@@ -1,0 +1,127 @@
+"""Read-ahead across directories: once a walk that reads every file has stepped from one
+directory into the next, its order (`os.walk`'s, or a stack's: subdirectories backwards) is
+known, and the window of files read ahead goes on past a directory's last file into the
+directories the walk enters next."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import squashd
+
+# Directories in the order of their names; b has a subdirectory, which a walk enters right
+# after b (before c).
+FILES = ["a/f0", "a/f1", "a/f2", "b/f0", "b/f1", "b/sub/f0", "b/sub/f1", "c/f0", "c/f1", "c/f2"]
+
+
+@pytest.fixture(scope="module")
+def walk_image(tmp_path_factory):
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tmp = tmp_path_factory.mktemp("walk")
+    tree = tmp / "tree"
+    contents = {}
+    for i, path in enumerate(FILES):
+        contents[path] = os.urandom(5000 + i)
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_bytes(contents[path])
+    image_path = tmp / "tree.sqfs"
+    # No fragments: each file has a data block of its own, so "read ahead" is per file.
+    subprocess.run(["mksquashfs", str(tree), str(image_path), "-comp", "zstd", "-no-fragments",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    return image_path, contents
+
+
+def _settle(image, queued):
+    """Waits until the workers have read ahead (or passed) the `queued` files."""
+    deadline = time.monotonic() + 20
+    while True:
+        ahead = image.stats()["files_read_ahead"]
+        if ahead["queued"] == queued and ahead["files"] + ahead["passed"] >= queued:
+            return ahead
+        assert time.monotonic() < deadline, ahead
+        time.sleep(0.01)
+
+
+def _read_without_loads(image, contents, paths):
+    """Reads `paths` and asserts that not one block was decompressed for them."""
+    before = image.stats()["cache"]["data"]
+    for path in paths:
+        assert image.read_bytes(path) == contents[path], path
+    after = image.stats()["cache"]["data"]
+    assert after["loads"] == before["loads"], (paths, before, after)
+    assert after["hits"] - before["hits"] >= len(paths)
+
+
+@pytest.mark.parametrize("order", ["os.walk", "stack"])
+def test_the_next_directories_of_a_walk_are_read_ahead(walk_image, order):
+    image_path, contents = walk_image
+    # The directories in the walk's order: os.walk takes subdirectories in the listing's
+    # order, a stack of scandir calls the last pushed first.
+    dirs = ["a", "b", "b/sub", "c"] if order == "os.walk" else ["c", "b", "b/sub", "a"]
+    with squashd.open(image_path, read_ahead=2) as image:
+        first, second, third, fourth = dirs
+        for name in ["f0", "f1", "f2"]:
+            image.read_bytes(f"{first}/{name}")
+        # The step into the second directory teaches the walk's order: from its first file
+        # on, the window runs through its other file and on into the next two directories
+        # (queued besides: the first directory's f1 and f2).
+        image.read_bytes(f"{second}/f0")
+        ahead = _settle(image, 2 + 1 + 2 + 3)
+        assert ahead["next_dirs"] == 2, ahead
+        assert ahead["missed"] == 0, ahead
+        _read_without_loads(image, contents, [f"{second}/f1"] + [f"{third}/f{i}" for i in range(2)]
+                            + [f"{fourth}/f{i}" for i in range(3)])
+        assert image.stats()["files_read_ahead"]["missed"] == 0
+
+
+def test_a_walk_that_goes_elsewhere_is_counted_as_missed_and_followed_again(walk_image):
+    image_path, contents = walk_image
+    with squashd.open(image_path, read_ahead=2) as image:
+        for path in ["a/f0", "a/f1", "a/f2", "b/f0"]:
+            image.read_bytes(path)
+        _settle(image, 2 + 1 + 2 + 3)
+        # Not where an os.walk goes after b (nor a stack): the prediction missed.
+        assert image.read_bytes("a/f0") == contents["a/f0"]
+        ahead = image.stats()["files_read_ahead"]
+        assert ahead["missed"] == 1, ahead
+        # Read in order from here, a's files are read ahead again.
+        _settle(image, ahead["queued"])
+        _read_without_loads(image, contents, ["a/f1", "a/f2"])
+
+
+def test_subdirectories_between_two_files_do_not_stop_read_ahead(tmp_path):
+    """A package's listing has files and subpackages alternating: two files read one after
+    the other with many subdirectories between them are neighbours, and the files queued after
+    them stay queued."""
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tree = tmp_path / "tree"
+    contents = {}
+    # Files all queued when a0 is read (the window is 32 files): no later queueing (and
+    # loads by workers) while the reads below count loads.
+    names = ["a0"] + [f"z{i:02}" for i in range(31)]
+    for i, name in enumerate(names):
+        contents[name] = os.urandom(5000 + i)
+        (tree / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / "pkg" / name).write_bytes(contents[name])
+    for i in range(6):
+        (tree / "pkg" / f"m{i}").mkdir()
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(image_path), "-comp", "zstd", "-no-fragments",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    with squashd.open(image_path, read_ahead=2) as image:
+        image.read_bytes("pkg/a0")
+        # Six subdirectories (m0..m5) lie between a0 and z00 in the listing.
+        image.read_bytes("pkg/z00")
+        ahead = _settle(image, image.stats()["files_read_ahead"]["queued"])
+        assert ahead["queued"] == 31, ahead
+        _read_without_loads(image, {f"pkg/{n}": c for n, c in contents.items()},
+                            [f"pkg/z{i:02}" for i in range(1, 31)])

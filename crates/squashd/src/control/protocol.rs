@@ -180,6 +180,13 @@ pub struct ImageStatus {
     /// reads of file data that missed the kernel's page cache.
     #[serde(default)]
     pub requests: u64,
+    /// Of the requests, listings (READDIR and READDIRPLUS); 0 on the kernel path.
+    #[serde(default)]
+    pub listing_requests: u64,
+    /// Of the listings, those answered with one entry because the kernel had cached the
+    /// listing by then (the requester read the rest from that cache).
+    #[serde(default)]
+    pub short_listings: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

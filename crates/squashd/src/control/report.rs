@@ -88,6 +88,14 @@ impl Probe {
         }
     }
 
+    /// Listing requests, and those of them given the short answer (FUSE path only).
+    fn listings(&self) -> (u64, u64) {
+        match self {
+            Probe::Fuse(p) => (p.listings(), p.short_listings()),
+            Probe::Kernel(_) => (0, 0),
+        }
+    }
+
     fn transport(&self) -> squashd_fuse::server::TransportInfo {
         match self {
             Probe::Fuse(p) => p.transport(),
@@ -405,6 +413,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ),
     };
     let transport = served.probe.transport();
+    let (listing_requests, short_listings) = served.probe.listings();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
@@ -425,6 +434,8 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         open_handles: served.probe.open_handles(),
         errors,
         requests: served.probe.requests(),
+        listing_requests,
+        short_listings,
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),

@@ -354,6 +354,8 @@ mod tests {
             open_handles: 1,
             errors: 2,
             requests: 5,
+            listing_requests: 0,
+            short_listings: 0,
             bytes_read: 100,
             private_cache: false,
             cache: TierSet::default(),

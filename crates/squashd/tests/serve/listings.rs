@@ -74,7 +74,7 @@ fn parallel_listers_of_a_cold_directory_get_it_whole_and_later_ones_cost_nothing
             &mnt,
             &format!("fuse,uring={}", transport.uring_option()),
         );
-        let mut daemon = Daemon::ready(scratch.path(), &name, &config);
+        let daemon = Daemon::ready(scratch.path(), &name, &config);
         let (before, _) = listings_of(&daemon, &mnt);
         for (i, names) in list_in_parallel(&mnt.join("big")).iter().enumerate() {
             assert!(

@@ -11,7 +11,7 @@
 //! a time, until it is full: nothing is collected in between.
 
 use crate::answers::Opened;
-use crate::attr::{file_type, FOREVER, GENERATION};
+use crate::attr::{file_type, negative_attr, FOREVER, GENERATION};
 use crate::error::FsResult;
 use crate::handles::HandleTable;
 use crate::listings::{CachedListing, KeptListings, ListingTurn, ListingTurns};
@@ -51,6 +51,11 @@ pub struct DirectoryEntryPlus<'a> {
     pub ttl: Duration,
     /// The node's generation.
     pub generation: Generation,
+    /// Whether the kernel links the entry (makes its dentry and inode, with these attributes).
+    /// False: only its name, node and type reach the kernel, as in a READDIR answer (a zero
+    /// `entry_out`, which the kernel skips), and `attr` holds only `ino` and `kind`: for a
+    /// listing that another opener's answer is linking already.
+    pub link: bool,
 }
 
 /// Where readdir puts its entries (the FUSE reply buffer, or a test's list).
@@ -284,10 +289,17 @@ impl Directories {
                 attr,
                 ttl: FOREVER,
                 generation: GENERATION,
+                link: true,
             });
             return Ok(turn);
         }
         let entries = self.entries(tree, &dir)?;
+        // From 0 while another opener's fill is under way: that opener's answer links every
+        // entry, so this one gives names, nodes and types only, and loads no inode.
+        let link = !(offset == 0 && turn.known().get(node) == Some(CachedListing::Filling));
+        if !link {
+            tree.probe().unlinked_listing();
+        }
         let mut done = true;
         let mut answered = 0;
         for (added, pos) in (offset..entries.len() as u64 + 2).enumerate() {
@@ -298,6 +310,7 @@ impl Directories {
                     attr: &own,
                     ttl: FOREVER,
                     generation: GENERATION,
+                    link: true,
                 }),
                 1 => {
                     // The kernel ignores the attributes of ".." (it only shows its number).
@@ -309,27 +322,45 @@ impl Directories {
                         attr: &up,
                         ttl: FOREVER,
                         generation: GENERATION,
+                        link: true,
                     })
                 }
                 _ => {
                     let e = &entries[pos as usize - 2];
-                    let inode = match tree.load(e.id) {
-                        Ok(i) => i,
-                        // Entries already added stay valid; the error comes on the next call.
-                        Err(err) if added == 0 => return Err(err),
-                        Err(_) => {
-                            done = false;
-                            break;
-                        }
-                    };
-                    let attr = tree.attr(&inode);
-                    reply.add(DirectoryEntryPlus {
-                        offset: pos + 1,
-                        name: OsStr::from_bytes(&e.name),
-                        attr: &attr,
-                        ttl: FOREVER,
-                        generation: GENERATION,
-                    })
+                    if !link {
+                        let attr = FileAttr {
+                            ino: INodeNo(tree.node(e.number)),
+                            kind: file_type(e.kind),
+                            ..negative_attr()
+                        };
+                        reply.add(DirectoryEntryPlus {
+                            offset: pos + 1,
+                            name: OsStr::from_bytes(&e.name),
+                            attr: &attr,
+                            ttl: FOREVER,
+                            generation: GENERATION,
+                            link,
+                        })
+                    } else {
+                        let inode = match tree.load(e.id) {
+                            Ok(i) => i,
+                            // Entries already added stay valid; the error comes on the next call.
+                            Err(err) if added == 0 => return Err(err),
+                            Err(_) => {
+                                done = false;
+                                break;
+                            }
+                        };
+                        let attr = tree.attr(&inode);
+                        reply.add(DirectoryEntryPlus {
+                            offset: pos + 1,
+                            name: OsStr::from_bytes(&e.name),
+                            attr: &attr,
+                            ttl: FOREVER,
+                            generation: GENERATION,
+                            link,
+                        })
+                    }
                 }
             };
             if full {

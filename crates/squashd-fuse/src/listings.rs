@@ -15,7 +15,11 @@
 //! So a request that reaches squashd for a listing whose cache the kernel completed (it was
 //! sent just before) is answered with one entry only: its next `getdents` then finds the rest
 //! in the cache, one request instead of two, and neither squashd nor the kernel build the
-//! entries and their attributes again.
+//! entries and their attributes again. A READDIRPLUS from 0 that comes while another opener's
+//! answer is filling the cache gets its entries without attributes (a zero `entry_out`, which
+//! the kernel does not link): that other answer links them, and squashd loads no inode for a
+//! duplicate. (Holding such a request until the fill ends would save its second request too,
+//! but it would hold a request thread or ring entry that the fill's end may need.)
 
 use fuser::INodeNo;
 use squashd_core::DirEntry;

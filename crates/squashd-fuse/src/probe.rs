@@ -23,6 +23,8 @@ struct MountCounters {
     listings: AtomicU64,
     /// Listing requests given the short answer of a listing the kernel has cached.
     short_listings: AtomicU64,
+    /// READDIRPLUS answers whose entries the kernel does not link (another opener's do).
+    unlinked_listings: AtomicU64,
     /// What the last failed request's error said (the image and the byte that was bad).
     last_error: std::sync::Mutex<Option<String>>,
     /// The session's transport, once it runs.
@@ -61,6 +63,13 @@ impl MountProbe {
     /// complete by then (the requester reads the rest from it).
     pub fn short_listings(&self) -> u64 {
         self.counters.short_listings.load(Ordering::Relaxed)
+    }
+
+    /// READDIRPLUS answers from 0 given while another opener's answer was filling the
+    /// kernel's cache of the listing: names, nodes and types only, which the kernel does not
+    /// link (that other answer links them).
+    pub fn unlinked_listings(&self) -> u64 {
+        self.counters.unlinked_listings.load(Ordering::Relaxed)
     }
 
     /// Which transport carries the mount's requests ("dev-fuse" before the session runs).
@@ -103,6 +112,12 @@ impl MountProbe {
 
     pub(crate) fn short_listing(&self) {
         self.counters.short_listings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn unlinked_listing(&self) {
+        self.counters
+            .unlinked_listings
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn request(&self) {

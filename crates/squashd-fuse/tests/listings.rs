@@ -2,7 +2,9 @@
 //! caches a directory's entries from position 0 on and serves listings from that cache only
 //! after an answer with no entries (the end) came; a request that reaches squashd after that
 //! was on its way before, and gets one entry (its next `getdents` reads the rest from the
-//! cache). Images are made by the real mksquashfs from the testkit fixture tree.
+//! cache). A second opener's READDIRPLUS from 0 while the first one's fill is under way gets
+//! entries the kernel does not link (the first answer links them). Images are made by the
+//! real mksquashfs from the testkit fixture tree.
 
 use fuser::{FileHandle, INodeNo};
 use squashd_core::{Image, OpenOptions};
@@ -25,6 +27,8 @@ const NO_HANDLE: FileHandle = FileHandle(0);
 struct Answer {
     used: usize,
     entries: Vec<(Vec<u8>, u64)>,
+    /// READDIRPLUS entries the kernel would not link.
+    unlinked: usize,
 }
 
 impl Answer {
@@ -51,7 +55,11 @@ impl DirectoryReplier for Answer {
 
 impl DirectoryPlusReplier for Answer {
     fn add(&mut self, e: DirectoryEntryPlus<'_>) -> bool {
-        self.take(e.name, e.offset, 152)
+        let full = self.take(e.name, e.offset, 152);
+        if !full && !e.link {
+            self.unlinked += 1;
+        }
+        full
     }
 }
 
@@ -86,7 +94,7 @@ fn list_to_the_end(fs: &SquashFs, node: INodeNo) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn a_listing_whose_end_was_answered_gets_one_entry_answers_until_one_is_asked_inside_it() {
+fn duplicates_of_a_fill_are_unlinked_and_once_its_end_was_answered_they_get_one_entry() {
     if !testkit::have_squashfs_tools() {
         println!("SKIPPED: mksquashfs not installed");
         return;
@@ -107,8 +115,15 @@ fn a_listing_whose_end_was_answered_gets_one_entry_answers_until_one_is_asked_in
 
     // While the first opener's fill is under way, a second opener from 0 gets a full answer:
     // the kernel has nothing to give it yet.
-    let first = readdir(&fs, big, 0);
+    let first = readdirplus(&fs, big, 0);
     assert!(first.entries.len() > 10, "{}", first.entries.len());
+    assert_eq!(first.unlinked, 0, "the first opener's entries are linked");
+    // Its answer links every entry: the second's gives names, nodes and types only.
+    let second = readdirplus(&fs, big, 0);
+    assert_eq!(second.names(), first.names());
+    assert_eq!(second.unlinked, first.entries.len() - 2);
+    assert_eq!(probe.unlinked_listings(), 1);
+    let first = readdir(&fs, big, 0);
     assert_eq!(readdir(&fs, big, 0).names(), first.names());
     let whole = list_to_the_end(&fs, big);
     assert_eq!(whole.len(), 1002);

@@ -187,6 +187,11 @@ pub struct ImageStatus {
     /// listing by then (the requester read the rest from that cache).
     #[serde(default)]
     pub short_listings: u64,
+    /// Of the READDIRPLUS answers, those given while another opener's answer was filling the
+    /// kernel's cache of that listing: entries without attributes, which the kernel does not
+    /// link (the other answer links them).
+    #[serde(default)]
+    pub unlinked_listings: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

@@ -88,11 +88,12 @@ impl Probe {
         }
     }
 
-    /// Listing requests, and those of them given the short answer (FUSE path only).
-    fn listings(&self) -> (u64, u64) {
+    /// Listing requests, those of them given the short answer, and those given unlinked
+    /// entries (FUSE path only).
+    fn listings(&self) -> (u64, u64, u64) {
         match self {
-            Probe::Fuse(p) => (p.listings(), p.short_listings()),
-            Probe::Kernel(_) => (0, 0),
+            Probe::Fuse(p) => (p.listings(), p.short_listings(), p.unlinked_listings()),
+            Probe::Kernel(_) => (0, 0, 0),
         }
     }
 
@@ -413,7 +414,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ),
     };
     let transport = served.probe.transport();
-    let (listing_requests, short_listings) = served.probe.listings();
+    let (listing_requests, short_listings, unlinked_listings) = served.probe.listings();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
@@ -436,6 +437,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         requests: served.probe.requests(),
         listing_requests,
         short_listings,
+        unlinked_listings,
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),

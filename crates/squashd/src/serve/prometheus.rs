@@ -356,6 +356,7 @@ mod tests {
             requests: 5,
             listing_requests: 0,
             short_listings: 0,
+            unlinked_listings: 0,
             bytes_read: 100,
             private_cache: false,
             cache: TierSet::default(),

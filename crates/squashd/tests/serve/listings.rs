@@ -96,7 +96,13 @@ fn parallel_listers_of_a_cold_directory_get_it_whole_and_later_ones_cost_nothing
             assert!(names == expected, "{name}: {} names", names.len());
         }
         assert_eq!(listings_of(&daemon, &mnt), (cold, short), "{name}");
-        println!("{name}: {} listing requests, {short} short", cold - before);
+        let unlinked = daemon.image_status(&mnt)["unlinked_listings"]
+            .as_u64()
+            .unwrap();
+        println!(
+            "{name}: {} listing requests, {short} short, {unlinked} unlinked",
+            cold - before
+        );
         daemon.terminate();
     }
 }

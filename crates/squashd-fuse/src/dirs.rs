@@ -11,10 +11,10 @@
 //! a time, until it is full: nothing is collected in between.
 
 use crate::answers::Opened;
-use crate::attr::{file_type, FOREVER, GENERATION};
+use crate::attr::{file_type, negative_attr, FOREVER, GENERATION};
 use crate::error::FsResult;
 use crate::handles::HandleTable;
-use crate::listings::{KeptListings, ListingTurn, ListingTurns};
+use crate::listings::{CachedListing, KeptListings, ListingTurn, ListingTurns};
 use crate::tree::ServedTree;
 use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 use squashd_core::{DirEntry, Inode};
@@ -51,6 +51,11 @@ pub struct DirectoryEntryPlus<'a> {
     pub ttl: Duration,
     /// The node's generation.
     pub generation: Generation,
+    /// Whether the kernel links the entry (makes its dentry and inode, with these attributes).
+    /// False: only its name, node and type reach the kernel, as in a READDIR answer (a zero
+    /// `entry_out`, which the kernel skips), and `attr` holds only `ino` and `kind`: for a
+    /// listing that another opener's answer is linking already.
+    pub link: bool,
 }
 
 /// Where readdir puts its entries (the FUSE reply buffer, or a test's list).
@@ -190,12 +195,32 @@ impl Directories {
         offset: u64,
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<ListingTurn<'_>> {
-        let turn = self.turns.take(node);
+        let mut turn = self.turns.take(node);
+        tree.probe().listing();
         let dir = self.listing(tree, node, fh, offset)?;
-        let entries = self.entries(tree, &dir)?;
         let own = tree.node(dir.inode.number);
         let parent = tree.parent_node(&dir.inode);
+        if short_answer(&mut turn, node, offset) {
+            tree.probe().short_listing();
+            let _ = reply.add(match offset {
+                0 => DirectoryEntry {
+                    node: INodeNo(own),
+                    offset: 1,
+                    kind: FileType::Directory,
+                    name: OsStr::new("."),
+                },
+                _ => DirectoryEntry {
+                    node: INodeNo(parent),
+                    offset: 2,
+                    kind: FileType::Directory,
+                    name: OsStr::new(".."),
+                },
+            });
+            return Ok(turn);
+        }
+        let entries = self.entries(tree, &dir)?;
         let mut done = true;
+        let mut added = 0;
         for pos in offset..entries.len() as u64 + 2 {
             let entry = match pos {
                 0 => DirectoryEntry {
@@ -224,7 +249,9 @@ impl Directories {
                 done = false;
                 break;
             }
+            added += 1;
         }
+        learn(&mut turn, node, offset, added, entries.len());
         self.keep(
             node,
             fh,
@@ -243,11 +270,38 @@ impl Directories {
         offset: u64,
         reply: &mut impl DirectoryPlusReplier,
     ) -> FsResult<ListingTurn<'_>> {
-        let turn = self.turns.take(node);
+        let mut turn = self.turns.take(node);
+        tree.probe().listing();
         let dir = self.listing(tree, node, fh, offset)?;
-        let entries = self.entries(tree, &dir)?;
         let own = tree.attr(&dir.inode);
+        if short_answer(&mut turn, node, offset) {
+            tree.probe().short_listing();
+            // The kernel ignores the attributes of ".." (it only shows its number).
+            let mut up = own;
+            up.ino = INodeNo(tree.parent_node(&dir.inode));
+            let (offset, name, attr) = match offset {
+                0 => (1, ".", &own),
+                _ => (2, "..", &up),
+            };
+            let _ = reply.add(DirectoryEntryPlus {
+                offset,
+                name: OsStr::new(name),
+                attr,
+                ttl: FOREVER,
+                generation: GENERATION,
+                link: true,
+            });
+            return Ok(turn);
+        }
+        let entries = self.entries(tree, &dir)?;
+        // From 0 while another opener's fill is under way: that opener's answer links every
+        // entry, so this one gives names, nodes and types only, and loads no inode.
+        let link = !(offset == 0 && turn.known().get(node) == Some(CachedListing::Filling));
+        if !link {
+            tree.probe().unlinked_listing();
+        }
         let mut done = true;
+        let mut answered = 0;
         for (added, pos) in (offset..entries.len() as u64 + 2).enumerate() {
             let full = match pos {
                 0 => reply.add(DirectoryEntryPlus {
@@ -256,6 +310,7 @@ impl Directories {
                     attr: &own,
                     ttl: FOREVER,
                     generation: GENERATION,
+                    link: true,
                 }),
                 1 => {
                     // The kernel ignores the attributes of ".." (it only shows its number).
@@ -267,34 +322,54 @@ impl Directories {
                         attr: &up,
                         ttl: FOREVER,
                         generation: GENERATION,
+                        link: true,
                     })
                 }
                 _ => {
                     let e = &entries[pos as usize - 2];
-                    let inode = match tree.load(e.id) {
-                        Ok(i) => i,
-                        // Entries already added stay valid; the error comes on the next call.
-                        Err(err) if added == 0 => return Err(err),
-                        Err(_) => {
-                            done = false;
-                            break;
-                        }
-                    };
-                    let attr = tree.attr(&inode);
-                    reply.add(DirectoryEntryPlus {
-                        offset: pos + 1,
-                        name: OsStr::from_bytes(&e.name),
-                        attr: &attr,
-                        ttl: FOREVER,
-                        generation: GENERATION,
-                    })
+                    if !link {
+                        let attr = FileAttr {
+                            ino: INodeNo(tree.node(e.number)),
+                            kind: file_type(e.kind),
+                            ..negative_attr()
+                        };
+                        reply.add(DirectoryEntryPlus {
+                            offset: pos + 1,
+                            name: OsStr::from_bytes(&e.name),
+                            attr: &attr,
+                            ttl: FOREVER,
+                            generation: GENERATION,
+                            link,
+                        })
+                    } else {
+                        let inode = match tree.load(e.id) {
+                            Ok(i) => i,
+                            // Entries already added stay valid; the error comes on the next call.
+                            Err(err) if added == 0 => return Err(err),
+                            Err(_) => {
+                                done = false;
+                                break;
+                            }
+                        };
+                        let attr = tree.attr(&inode);
+                        reply.add(DirectoryEntryPlus {
+                            offset: pos + 1,
+                            name: OsStr::from_bytes(&e.name),
+                            attr: &attr,
+                            ttl: FOREVER,
+                            generation: GENERATION,
+                            link,
+                        })
+                    }
                 }
             };
             if full {
                 done = false;
                 break;
             }
+            answered = added + 1;
         }
+        learn(&mut turn, node, offset, answered, entries.len());
         self.keep(
             node,
             fh,
@@ -302,5 +377,34 @@ impl Directories {
             done && offset >= entries.len() as u64 + 2,
         );
         Ok(turn)
+    }
+}
+
+/// Whether a listing request at `offset` gets the short answer: one entry, "." at 0 or ".."
+/// at 1, because the kernel's cache of the listing is known complete (see
+/// [`crate::listings`]). The request was on its way before the cache was; with the one entry
+/// answered, the caller's next `getdents` finds its position in the cache and reads the rest
+/// from there. (A short answer at 1 follows one at 0 when the requester's next `getdents` came
+/// just before the cache was complete.)
+fn short_answer(turn: &mut ListingTurn<'_>, node: INodeNo, offset: u64) -> bool {
+    offset < 2 && turn.known().get(node) == Some(CachedListing::Complete)
+}
+
+/// What an answer of `added` entries from `offset`, of a directory of `len` entries (and "."
+/// and ".."), tells of the kernel's cache of its listing: entries from 0 start filling it, the
+/// end completes a fill; a request inside a listing known complete means the kernel no longer
+/// has it (a complete cache answers every `getdents` inside it), so the next listing from 0
+/// fills it again.
+fn learn(turn: &mut ListingTurn<'_>, node: INodeNo, offset: u64, added: usize, len: usize) {
+    let end = len as u64 + 2;
+    let known = turn.known();
+    if offset >= end {
+        known.ended(node);
+    } else if offset == 0 {
+        if added > 0 {
+            known.filling(node);
+        }
+    } else if known.get(node) == Some(CachedListing::Complete) {
+        known.forget(node);
     }
 }

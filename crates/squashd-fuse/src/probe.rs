@@ -19,6 +19,12 @@ struct MountCounters {
     open_handles: AtomicI64,
     failed_requests: AtomicU64,
     requests: AtomicU64,
+    /// READDIR and READDIRPLUS requests (also counted in `requests`).
+    listings: AtomicU64,
+    /// Listing requests given the short answer of a listing the kernel has cached.
+    short_listings: AtomicU64,
+    /// READDIRPLUS answers whose entries the kernel does not link (another opener's do).
+    unlinked_listings: AtomicU64,
     /// What the last failed request's error said (the image and the byte that was bad).
     last_error: std::sync::Mutex<Option<String>>,
     /// The session's transport, once it runs.
@@ -44,6 +50,26 @@ impl MountProbe {
     /// daemon.
     pub fn requests(&self) -> u64 {
         self.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Listing requests served (READDIR and READDIRPLUS, also counted in
+    /// [`MountProbe::requests`]): parallel walkers of a cold mount each list the directories
+    /// they reach together until the kernel has cached the listing.
+    pub fn listings(&self) -> u64 {
+        self.counters.listings.load(Ordering::Relaxed)
+    }
+
+    /// Listing requests given one entry only, because the kernel's cache of the listing was
+    /// complete by then (the requester reads the rest from it).
+    pub fn short_listings(&self) -> u64 {
+        self.counters.short_listings.load(Ordering::Relaxed)
+    }
+
+    /// READDIRPLUS answers from 0 given while another opener's answer was filling the
+    /// kernel's cache of the listing: names, nodes and types only, which the kernel does not
+    /// link (that other answer links them).
+    pub fn unlinked_listings(&self) -> u64 {
+        self.counters.unlinked_listings.load(Ordering::Relaxed)
     }
 
     /// Which transport carries the mount's requests ("dev-fuse" before the session runs).
@@ -78,6 +104,20 @@ impl MountProbe {
 
     pub(crate) fn closed(&self) {
         self.counters.open_handles.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn listing(&self) {
+        self.counters.listings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn short_listing(&self) {
+        self.counters.short_listings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn unlinked_listing(&self) {
+        self.counters
+            .unlinked_listings
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn request(&self) {

@@ -526,5 +526,8 @@ mod descriptors;
 #[path = "serve/uring.rs"]
 mod uring;
 
+#[path = "serve/listings.rs"]
+mod listings;
+
 #[path = "serve/uring_idle.rs"]
 mod uring_idle;

@@ -333,8 +333,13 @@ impl DirectoryReplier for DirentBuffer {
 impl DirectoryPlusReplier for DirentBuffer {
     fn add(&mut self, e: DirectoryEntryPlus<'_>) -> bool {
         let name = e.name.as_bytes();
+        // A zero entry_out (node 0): the kernel takes the name and links nothing.
+        let entry = match e.link {
+            true => entry_out(e.attr, e.ttl, e.generation.0),
+            false => abi::EntryOut::default(),
+        };
         let d = abi::DirentPlus {
-            entry_out: entry_out(e.attr, e.ttl, e.generation.0),
+            entry_out: entry,
             dirent: dirent(e.attr.ino.0, e.offset, e.attr.kind, name),
         };
         self.push(d.as_bytes(), name)

@@ -180,6 +180,18 @@ pub struct ImageStatus {
     /// reads of file data that missed the kernel's page cache.
     #[serde(default)]
     pub requests: u64,
+    /// Of the requests, listings (READDIR and READDIRPLUS); 0 on the kernel path.
+    #[serde(default)]
+    pub listing_requests: u64,
+    /// Of the listings, those answered with one entry because the kernel had cached the
+    /// listing by then (the requester read the rest from that cache).
+    #[serde(default)]
+    pub short_listings: u64,
+    /// Of the READDIRPLUS answers, those given while another opener's answer was filling the
+    /// kernel's cache of that listing: entries without attributes, which the kernel does not
+    /// link (the other answer links them).
+    #[serde(default)]
+    pub unlinked_listings: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

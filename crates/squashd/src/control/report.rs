@@ -88,6 +88,15 @@ impl Probe {
         }
     }
 
+    /// Listing requests, those of them given the short answer, and those given unlinked
+    /// entries (FUSE path only).
+    fn listings(&self) -> (u64, u64, u64) {
+        match self {
+            Probe::Fuse(p) => (p.listings(), p.short_listings(), p.unlinked_listings()),
+            Probe::Kernel(_) => (0, 0, 0),
+        }
+    }
+
     fn transport(&self) -> squashd_fuse::server::TransportInfo {
         match self {
             Probe::Fuse(p) => p.transport(),
@@ -405,6 +414,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ),
     };
     let transport = served.probe.transport();
+    let (listing_requests, short_listings, unlinked_listings) = served.probe.listings();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
@@ -425,6 +435,9 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         open_handles: served.probe.open_handles(),
         errors,
         requests: served.probe.requests(),
+        listing_requests,
+        short_listings,
+        unlinked_listings,
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),

@@ -8,7 +8,8 @@ verified/plain ratio of each build and path, with the load average at start and 
     sudo python3 bench/tools/seq_verity_probe.py RUNS VARIANT...
 
 A VARIANT is BINARY:PATH:MODE, PATH fuse or kernel, MODE plain (verity=off) or verity (the
-tree and root hash of bench/work/e7/trees.json, as E7 gives them). ENV=K=V,K=V adds variables
+tree and root hash of bench/work/e7/trees.json, as E7 gives them); BINARY@K=V@K=V sets
+variables in that variant's mount's environment. ENV=K=V,K=V adds variables
 to every mount's environment. PERF=DIR records `perf record -g` of each daemon during its read
 into DIR/ROUND-VARIANT.data."""
 import json, os, statistics, subprocess, sys, time
@@ -85,8 +86,17 @@ def main():
     for r in range(runs):
         for v in variants:
             binary, path, mode = v
+            binary, *envs = binary.split("@")
+            extra_env = dict(e.split("=", 1) for e in envs)
+            saved = {k: os.environ.get(k) for k in extra_env}
+            os.environ.update(extra_env)
             s = system(binary, path, mode == "verity", entry)
             with s.mounted_at(data["path"], mnt):
+                for k, old in saved.items():
+                    if old is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = old
                 pids = [p for p in pids_with_args(os.path.basename(binary), "") if _cmdline_has(p, mnt)]
                 drop_caches()
                 load = os.getloadavg()[0]

@@ -61,7 +61,7 @@ def pick(counters):
             if k in v:
                 out[k] = v[k]
     ra = c.get("read_ahead") or {}
-    for k in ("queued", "done", "used", "wasted", "dropped", "busy", "helped"):
+    for k in ("loads", "used", "wasted", "busy_cuts"):
         if k in ra:
             out[f"ra_{k}"] = ra[k]
     data = (c.get("cache") or {}).get("data") or {}

@@ -66,7 +66,10 @@ fn attaching_a_verified_image_checks_only_what_its_open_and_probe_read() {
     // hint (and one read of a single block) each: 16 bottom hash blocks check big.bin, and a
     // hint each was given before (2026-11-27-verity-s8.md).
     let hints = status["verity"]["hash_hints"].as_u64().unwrap();
-    assert!(hints <= 4, "{hints} hints for one sequential read: {status}");
+    assert!(
+        hints <= 4,
+        "{hints} hints for one sequential read: {status}"
+    );
     // Each data block hashed once, but where two reads checked one block at once: a block
     // across the edge of two of the file's 64 blocks, read ahead side by side.
     let hashes = status["verity"]["data_block_hashes"].as_u64().unwrap();

@@ -41,10 +41,16 @@ pub struct VerityStats {
     pub data_blocks: u64,
     /// Data blocks checked and found good (the bitmap's set bits).
     pub verified_blocks: u64,
+    /// Data blocks hashed, counting each time: above `verified_blocks` only where two reads
+    /// checked one block at once (both hash it; neither waits for the other).
+    pub data_block_hashes: u64,
     /// Blocks (data or hash) that failed their hash, counted at each failed read.
     pub failures: u64,
     /// Hash blocks read from the hash source and checked.
     pub hash_block_loads: u64,
+    /// Hints given to the hash source for a read's bottom hash blocks, ahead of its check
+    /// (one `posix_fadvise` each, for a file).
+    pub hash_hints: u64,
     /// Bytes of checked hash blocks held now: the tree's upper levels, kept for the image's
     /// life, and blocks of the level above the data in the metadata cache tier.
     pub hash_cache_bytes: u64,
@@ -70,6 +76,10 @@ struct VerityState {
     cache_id: u32,
     failures: AtomicU64,
     hash_block_loads: AtomicU64,
+    /// Data blocks hashed (see [`VerityStats::data_block_hashes`]).
+    data_block_hashes: AtomicU64,
+    /// Hints for a read's bottom hash blocks (see [`VerityStats::hash_hints`]).
+    hash_hints: AtomicU64,
     /// Blocks whose failure was logged: each is logged once (at most `MAX_LOGGED`).
     logged: Mutex<HashSet<(bool, u64)>>,
     /// Whether the source is open: a failure while it is being opened (a wrong root hash) is
@@ -234,6 +244,8 @@ impl VeritySource {
             cache_id: next_image_id(),
             failures: AtomicU64::new(0),
             hash_block_loads: AtomicU64::new(0),
+            hash_hints: AtomicU64::new(0),
+            data_block_hashes: AtomicU64::new(0),
             logged: Mutex::new(HashSet::new()),
             open: AtomicBool::new(false),
         };
@@ -327,8 +339,10 @@ impl VerityState {
                 .iter()
                 .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
                 .sum(),
+            data_block_hashes: self.data_block_hashes.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             hash_block_loads: self.hash_block_loads.load(Ordering::Relaxed),
+            hash_hints: self.hash_hints.load(Ordering::Relaxed),
             hash_cache_bytes: self.caches.metadata.resident_bytes_of(self.cache_id)
                 + self.pinned.bytes.load(Ordering::Relaxed),
             bitmap_bytes: self.bitmap_bytes(),
@@ -442,6 +456,7 @@ impl VerityState {
     /// Checks data block `block`, whose bytes are `bytes`, and marks it good.
     fn check_data_block(&self, block: u64, bytes: &[u8]) -> Result<(), VerityError> {
         let expected = self.expected(0, block)?;
+        self.data_block_hashes.fetch_add(1, Ordering::Relaxed);
         if hash_block(&self.params, bytes) != expected {
             let size = u64::from(self.params.data_block_size);
             return Err(self.failed(VerityError::BadBlock {

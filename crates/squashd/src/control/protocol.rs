@@ -250,6 +250,13 @@ pub struct VerityStatus {
     pub verified_blocks: u64,
     /// Hash blocks read from the tree and checked.
     pub hash_block_loads: u64,
+    /// Data blocks hashed, counting each time (above `verified_blocks` only where two reads
+    /// checked one block at once).
+    #[serde(default)]
+    pub data_block_hashes: u64,
+    /// Hints given to the tree's file for a read's hash blocks ahead of its check.
+    #[serde(default)]
+    pub hash_hints: u64,
     /// Bytes of checked hash blocks held now in the metadata cache (within its budget).
     pub hash_cache_bytes: u64,
     /// Bytes of the bitmap of checked data blocks (taken from the metadata budget).

@@ -472,6 +472,8 @@ fn verity_status(verified: &crate::verity::Verified) -> (VerityStatus, u64) {
         data_blocks: stats.data_blocks,
         verified_blocks: stats.verified_blocks,
         hash_block_loads: stats.hash_block_loads,
+        data_block_hashes: stats.data_block_hashes,
+        hash_hints: stats.hash_hints,
         hash_cache_bytes: stats.hash_cache_bytes,
         bitmap_bytes: stats.bitmap_bytes,
     };

@@ -62,5 +62,21 @@ fn attaching_a_verified_image_checks_only_what_its_open_and_probe_read() {
     let status = daemon.image_status(&mnt);
     let after = status["verity"]["verified_blocks"].as_u64().unwrap();
     assert!(after >= 2048 && after <= data_blocks, "{status}");
+    // A sequential read's hash blocks come by the kernel's read-ahead of the tree, not one
+    // hint (and one read of a single block) each: 16 bottom hash blocks check big.bin, and a
+    // hint each was given before (2026-11-27-verity-s8.md).
+    let hints = status["verity"]["hash_hints"].as_u64().unwrap();
+    assert!(
+        hints <= 4,
+        "{hints} hints for one sequential read: {status}"
+    );
+    // Each data block hashed once, but where two reads checked one block at once: a block
+    // across the edge of two of the file's 64 blocks, read ahead side by side.
+    let hashes = status["verity"]["data_block_hashes"].as_u64().unwrap();
+    assert!(
+        hashes >= after && hashes <= after + 64,
+        "{hashes} hashes for {after} blocks: {status}"
+    );
+    eprintln!("big.bin read: {hints} hints, {hashes} hashes of {after} blocks checked");
     daemon.terminate();
 }

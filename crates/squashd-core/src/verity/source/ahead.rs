@@ -7,6 +7,7 @@
 
 use super::VerityState;
 use crate::cache::BlockKey;
+use std::sync::atomic::Ordering;
 
 impl VerityState {
     /// Hints the hash source that the hash blocks that check data blocks `first..=last` (every
@@ -33,7 +34,12 @@ impl VerityState {
     /// Hints the hash source that the bottom hash blocks that check data blocks
     /// `first..=last` will be read soon, unless they are held (kept, or in the metadata
     /// cache): for a read about to check them, so that the hash block's read and the data's
-    /// run side by side.
+    /// run side by side. Not when the block before the first missing one is held: the read
+    /// then continues checked data (a sequential stream), whose hash blocks are read one after
+    /// the other, and the kernel's read-ahead of the hash file brings those in large reads on
+    /// its own. A hint there read each 4 KiB block by itself, and, finding it in the page
+    /// cache, that read-ahead never started: a sequential read of 1 GiB made 439 one-block
+    /// reads of the tree and waited for each (2026-11-27-verity-s8.md).
     pub(super) fn bottom_hash_blocks_ahead(&self, first: u64, last: u64) {
         let Some(&(start, count)) = self.geometry.levels.first() else {
             return;
@@ -52,10 +58,15 @@ impl VerityState {
                 })
                 .is_some(),
         };
-        if !(from..=to).all(|index| held(start + index)) {
+        let Some(missing) = (from..=to).find(|&index| !held(start + index)) else {
+            return;
+        };
+        let continues_stream = missing > 0 && held(start + missing - 1);
+        if !continues_stream {
             let size = u64::from(self.params.hash_block_size);
+            self.hash_hints.fetch_add(1, Ordering::Relaxed);
             self.hash
-                .will_need((start + from) * size, (to - from + 1) * size);
+                .will_need((start + missing) * size, (to - missing + 1) * size);
         }
     }
 

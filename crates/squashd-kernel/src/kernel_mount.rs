@@ -118,25 +118,9 @@ pub struct KernelMount {
     transport: TransportProbe,
 }
 
-/// How many request threads the blob file system of a process gets: twice the cores, at least
-/// 4 and at most 16.
-///
-/// A request thread is held for the whole of a decompression, and a block read ahead or swept
-/// beside a reader holds two of them: EROFS reads a 128 KiB block in two requests of at most
-/// 16 pages, and the second waits for the first's decompression of the same block. With as
-/// many threads as cores, a random reader's next miss then queued behind a swept block's two
-/// requests (both threads busy with it) while a core stood idle, and waited for two
-/// decompressions instead of one. Idle threads cost little: a stack and a request buffer whose
-/// pages are touched only as far as requests reach (blob requests are headers; the data goes
-/// out in the answers).
-pub fn blob_request_threads() -> usize {
-    (2 * squashd_core::cores()).clamp(4, 16)
-}
-
 impl KernelPath {
     /// Mounts this process's blob file system on `blob_dir` (created if missing), served by
-    /// `threads` request threads ([`blob_request_threads`] unless measuring), over FUSE over
-    /// io_uring as `uring` says.
+    /// `threads` request threads, over FUSE over io_uring as `uring` says.
     pub fn start(blob_dir: &Path, threads: usize, uring: UringMode) -> io::Result<KernelPath> {
         std::fs::create_dir_all(blob_dir)?;
         Ok(KernelPath {

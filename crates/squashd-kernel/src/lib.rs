@@ -31,6 +31,6 @@ pub use erofs_mount::{mount_erofs, BlobMount};
 pub mod kernel_mount;
 
 pub use kernel_mount::{
-    blob_request_threads, BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath,
-    Prepared, TranslationStats,
+    BlobReadStats, KernelError, KernelMount, KernelMountOptions, KernelPath, Prepared,
+    TranslationStats,
 };

@@ -10,7 +10,7 @@ use crate::readiness::root_answers;
 use anyhow::Context;
 use squashd_fuse::server::UringMode;
 use squashd_fuse::MountOwner;
-use squashd_kernel::{blob_request_threads, KernelPath};
+use squashd_kernel::KernelPath;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +87,7 @@ impl MountHost for LoneHost {
         }
         clear_dead_lone_mounts();
         let dir = blob_dir();
-        let started = KernelPath::start(&dir, blob_request_threads(), uring)
+        let started = KernelPath::start(&dir, squashd_core::cores(), uring)
             .with_context(|| format!("{}: cannot mount the blob file system", dir.display()))?;
         let started = Arc::new(started);
         self.blob_fs = Some(started.clone());

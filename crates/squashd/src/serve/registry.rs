@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use squashd_core::{Caches, Image};
 use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountOwner, NotOurMount};
-use squashd_kernel::{blob_request_threads, KernelPath};
+use squashd_kernel::KernelPath;
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -170,13 +170,13 @@ impl Registry {
                 self.blob_dir.display()
             );
         }
-        let started = KernelPath::start(&self.blob_dir, blob_request_threads(), self.uring)
-            .with_context(|| {
-                format!(
-                    "{}: cannot mount the kernel path's blob file system",
-                    self.blob_dir.display()
-                )
-            })?;
+        // Two request threads: blob reads are large, and each decompresses many blocks.
+        let started = KernelPath::start(&self.blob_dir, 2, self.uring).with_context(|| {
+            format!(
+                "{}: cannot mount the kernel path's blob file system",
+                self.blob_dir.display()
+            )
+        })?;
         let started = Arc::new(started);
         *kernel = Some(started.clone());
         Ok(started)

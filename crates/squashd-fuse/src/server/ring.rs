@@ -61,9 +61,9 @@ impl UringMode {
 /// Ring entries per CPU once a mount is busy: two, each with a thread of its own. A request
 /// issued on a CPU goes to that CPU's queue only, and one entry per CPU let a request that
 /// waits (a decompression, a read of the image from disk) hold up every other of its CPU while
-/// the other CPU's entry sat free: a random reader's next miss on the kernel path queued behind
-/// the block swept beside it. Two per CPU (as many handlers as /dev/fuse's request threads,
-/// twice over) let one wait while another is answered. Each entry holds a payload buffer for
+/// the other CPU's entry sat free (squashd-fuse-uring's test
+/// `a_slow_request_holds_only_its_own_entry_of_a_cpus_queue`). Two per CPU let one wait while
+/// another is answered. Each entry holds a payload buffer for
 /// the largest read, resident once used, and a daemon serves dozens of images, so no deeper;
 /// the kernel queues the others of that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 2;

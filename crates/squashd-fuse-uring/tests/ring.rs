@@ -47,6 +47,18 @@ fn check_big(bytes: &[u8], offset: u64) {
     }
 }
 
+/// Waits until /slow's READ has reached the handler (it is held there for SLOW_READ).
+fn wait_for_slow_read(mount: &TestMount) {
+    let deadline = Instant::now() + BOUND;
+    while !mount.fs.slow_started.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "the slow READ never reached the handler"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn requests_go_over_the_ring_and_come_back_right() {
     skip_unless_possible!();
@@ -210,14 +222,7 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
     let slow = mount.path().join("slow");
     let reader =
         std::thread::spawn(move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16])));
-    let deadline = Instant::now() + BOUND;
-    while !mount.fs.slow_started.load(Ordering::SeqCst) {
-        assert!(
-            Instant::now() < deadline,
-            "the slow READ never reached the handler"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_slow_read(&mount);
     // Abort and detach while the handler still holds the request.
     let started = Instant::now();
     mount.unmount(MntFlags::MNT_FORCE | MntFlags::MNT_DETACH);
@@ -248,14 +253,7 @@ fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
     let slow_reader = on_cpu(0, move || {
         File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]))
     });
-    let deadline = Instant::now() + BOUND;
-    while !mount.fs.slow_started.load(Ordering::SeqCst) {
-        assert!(
-            Instant::now() < deadline,
-            "the slow READ never reached the handler"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_slow_read(&mount);
     let small = mount.path().join("small");
     let started = Instant::now();
     let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));

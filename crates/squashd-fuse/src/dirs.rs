@@ -327,40 +327,31 @@ impl Directories {
                 }
                 _ => {
                     let e = &entries[pos as usize - 2];
-                    if !link {
-                        let attr = FileAttr {
-                            ino: INodeNo(tree.node(e.number)),
-                            kind: file_type(e.kind),
-                            ..negative_attr()
-                        };
-                        reply.add(DirectoryEntryPlus {
-                            offset: pos + 1,
-                            name: OsStr::from_bytes(&e.name),
-                            attr: &attr,
-                            ttl: FOREVER,
-                            generation: GENERATION,
-                            link,
-                        })
-                    } else {
-                        let inode = match tree.load(e.id) {
-                            Ok(i) => i,
+                    let attr = if link {
+                        match tree.load(e.id) {
+                            Ok(inode) => tree.attr(&inode),
                             // Entries already added stay valid; the error comes on the next call.
                             Err(err) if added == 0 => return Err(err),
                             Err(_) => {
                                 done = false;
                                 break;
                             }
-                        };
-                        let attr = tree.attr(&inode);
-                        reply.add(DirectoryEntryPlus {
-                            offset: pos + 1,
-                            name: OsStr::from_bytes(&e.name),
-                            attr: &attr,
-                            ttl: FOREVER,
-                            generation: GENERATION,
-                            link,
-                        })
-                    }
+                        }
+                    } else {
+                        FileAttr {
+                            ino: INodeNo(tree.node(e.number)),
+                            kind: file_type(e.kind),
+                            ..negative_attr()
+                        }
+                    };
+                    reply.add(DirectoryEntryPlus {
+                        offset: pos + 1,
+                        name: OsStr::from_bytes(&e.name),
+                        attr: &attr,
+                        ttl: FOREVER,
+                        generation: GENERATION,
+                        link,
+                    })
                 }
             };
             if full {

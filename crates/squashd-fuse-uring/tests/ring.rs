@@ -6,9 +6,10 @@
 mod common;
 
 use std::fs::File;
-use std::io::Read as _;
+use std::io::{self, Read as _};
 use std::os::unix::fs::FileExt as _;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::testfs::{big_byte, BIG_SIZE, SLOW_READ, SMALL_CONTENT};
@@ -45,6 +46,23 @@ fn check_big(bytes: &[u8], offset: u64) {
         let at = offset + i as u64;
         assert_eq!(byte, big_byte(at), "byte {at} of /big");
     }
+}
+
+/// A mount served over the ring (two entries per CPU's queue) with /slow's READ held in its
+/// handler, and the thread reading it (on `cpu`, if given).
+fn ring_mount_with_a_slow_read(cpu: Option<usize>) -> (TestMount, JoinHandle<io::Result<usize>>) {
+    let mut mount = TestMount::mount(true, 1);
+    mount
+        .start_ring(&TestMount::config(2))
+        .expect("start the ring transport");
+    let slow = mount.path().join("slow");
+    let read = move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]));
+    let reader = match cpu {
+        Some(cpu) => on_cpu(cpu, read),
+        None => std::thread::spawn(read),
+    };
+    wait_for_slow_read(&mount);
+    (mount, reader)
 }
 
 /// Waits until /slow's READ has reached the handler (it is held there for SLOW_READ).
@@ -215,14 +233,7 @@ fn a_payload_buffer_smaller_than_a_request_is_refused_and_dev_fuse_serves() {
 fn unmount_with_a_request_in_flight_does_not_hang() {
     skip_unless_possible!();
     let _uring = EnableUring::on();
-    let mut mount = TestMount::mount(true, 1);
-    mount
-        .start_ring(&TestMount::config(2))
-        .expect("start the ring transport");
-    let slow = mount.path().join("slow");
-    let reader =
-        std::thread::spawn(move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16])));
-    wait_for_slow_read(&mount);
+    let (mut mount, reader) = ring_mount_with_a_slow_read(None);
     // Abort and detach while the handler still holds the request.
     let started = Instant::now();
     mount.unmount(MntFlags::MNT_FORCE | MntFlags::MNT_DETACH);
@@ -244,16 +255,8 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
 fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
     skip_unless_possible!();
     let _uring = EnableUring::on();
-    let mut mount = TestMount::mount(true, 1);
-    mount
-        .start_ring(&TestMount::config(2))
-        .expect("start the ring transport");
     // Both requests are issued on CPU 0, so both go to its queue, of two entries.
-    let slow = mount.path().join("slow");
-    let slow_reader = on_cpu(0, move || {
-        File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]))
-    });
-    wait_for_slow_read(&mount);
+    let (mut mount, slow_reader) = ring_mount_with_a_slow_read(Some(0));
     let small = mount.path().join("small");
     let started = Instant::now();
     let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));
@@ -451,14 +454,8 @@ fn an_interrupted_read_comes_on_dev_fuse_and_is_answered_on_both_transports() {
             File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]))
         });
         let thread = tid_rx.recv().unwrap();
+        wait_for_slow_read(&mount);
         let deadline = Instant::now() + BOUND;
-        while !mount.fs.slow_started.load(Ordering::SeqCst) {
-            assert!(
-                Instant::now() < deadline,
-                "ring={ring}: the slow READ never came"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
         // SAFETY: the reader thread is alive (it is in its slow read) and handles SIGUSR1.
         assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
         while mount.fs.interrupts.load(Ordering::SeqCst) == 0 {

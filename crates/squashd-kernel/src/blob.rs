@@ -3,7 +3,8 @@
 //! reads of the blob become reads of the files through the image's caches. Nothing is stored:
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
-use crate::block_fill::{BlockFill, SweepBlock};
+use crate::blob_sweep::{BlobSweep, BlobSweepStats};
+use crate::block_fill::BlockFill;
 use squashd_core::read_ahead::{RandomSweep, ReadAheadPool, ReadState, SweepState, SweepStats};
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Chunk, FileReader, Image, InodeId};
@@ -126,6 +127,8 @@ pub struct Blob {
     /// Blocks brought in beside random readers, and each file's sweep, by index in the layout.
     sweep: RandomSweep,
     sweeps: Vec<SweepState>,
+    /// The sweep's workers, and the blocks they decompressed for EROFS.
+    swept: BlobSweep,
 }
 
 impl Blob {
@@ -134,6 +137,7 @@ impl Blob {
         let window = read_ahead.bytes / u64::from(image.block_size().max(1));
         let reading = layout.files.iter().map(|_| ReadState::default()).collect();
         let sweeps = layout.files.iter().map(|_| SweepState::default()).collect();
+        let sweep = RandomSweep::new(read_ahead.threads > 0 && window > 0);
         Blob {
             image,
             layout,
@@ -144,7 +148,8 @@ impl Blob {
             fill_reads: AtomicU64::new(0),
             probe: squashd_fuse::MountProbe::default(),
             block_fill: BlockFill::new(),
-            sweep: RandomSweep::new(read_ahead.threads > 0 && window > 0),
+            swept: BlobSweep::new(sweep.per_miss() as usize),
+            sweep,
             sweeps,
         }
     }
@@ -152,6 +157,7 @@ impl Blob {
     /// The same blob with `sweep` bringing in blocks beside random readers (by default, one
     /// that sweeps when read-ahead is on and the CPUs are not busy).
     pub fn with_sweep(mut self, sweep: RandomSweep) -> Self {
+        self.swept = BlobSweep::new(sweep.per_miss() as usize);
         self.sweep = sweep;
         self
     }
@@ -159,6 +165,11 @@ impl Blob {
     /// What the sweeps beside random readers did.
     pub fn sweep_stats(&self) -> SweepStats {
         self.sweep.stats()
+    }
+
+    /// What the sweep's workers did.
+    pub fn swept_stats(&self) -> BlobSweepStats {
+        self.swept.stats()
     }
 
     /// Reads served.
@@ -224,10 +235,7 @@ impl Blob {
         {
             return None;
         }
-        let reader = match self.readers.get_or_insert_with(&index, || {
-            let inode = self.image.inode(file.inode)?;
-            self.image.open_file(&inode)
-        }) {
+        let reader = match self.reader(index, file) {
             Ok(reader) => reader,
             Err(e) => return Some(Err(e)),
         };
@@ -249,9 +257,18 @@ impl Blob {
         &self.block_fill
     }
 
+    /// The reader of `file`, index `index` of the layout, kept open between reads.
+    fn reader(&self, index: usize, file: &BlobFile) -> squashd_core::Result<FileReader> {
+        self.readers.get_or_insert_with(&index, || {
+            let inode = self.image.inode(file.inode)?;
+            self.image.open_file(&inode)
+        })
+    }
+
     /// Asks EROFS to read the rest of each block a reader's random read took part of (see
-    /// [`BlockFill`]), and the blocks the file's random sweep brings in beside it (see
-    /// [`RandomSweep`]). Blocks read in order are left to read-ahead.
+    /// [`BlockFill`]); gives the sweep's workers the blocks the file's random sweep names
+    /// ([`RandomSweep`], [`crate::blob_sweep`]), and asks EROFS for those they have
+    /// decompressed since the last fill. Blocks read in order are left to read-ahead.
     pub fn fill_rest(&self, parts: &[PartRead]) {
         let bs = u64::from(self.image.block_size().max(1));
         for part in parts.iter().filter(|p| p.random) {
@@ -263,27 +280,61 @@ impl Blob {
             let Some(nid) = file.nid else {
                 continue;
             };
-            let chunks = file.size.div_ceil(bs);
-            let candidates = self.sweep.candidates(state, part.file_offset / bs, chunks);
-            let sweep: Vec<SweepBlock> = candidates
-                .iter()
-                .map(|&index| {
-                    let offset = index * bs;
-                    SweepBlock {
-                        block: (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
+            let index = part.file_offset / bs;
+            if self.swept.reached((part.file, index)) {
+                self.sweep.used(state, index);
+            }
+            let candidates = self.sweep.candidates(state, index, file.size.div_ceil(bs));
+            let Some(fill) = self.block_fill.open(nid) else {
+                continue;
+            };
+            fill.fill(
+                part.blob_offset / BLOB_BLOCK,
+                part.file_offset,
+                part.chunk.len() as u64,
+            );
+            let Ok(reader) = self.reader(part.file, file) else {
+                continue;
+            };
+            let mut taken = 0;
+            for c in candidates {
+                if taken >= self.sweep.per_miss() {
+                    break;
+                }
+                let (offset, len) = (c * bs, bs.min(file.size - c * bs));
+                if self.swept.has((part.file, c)) || fill.holds(offset, len) {
+                    continue;
+                }
+                if !self.swept.offer(&reader, (part.file, c)) {
+                    break;
+                }
+                self.sweep.swept(state, c);
+                taken += 1;
+            }
+        }
+        self.fill_swept(bs);
+    }
+
+    /// Asks EROFS for the blocks the sweep's workers have decompressed, but those it holds.
+    fn fill_swept(&self, bs: u64) {
+        let mut ready = self.swept.take_ready();
+        ready.sort_unstable();
+        for group in ready.chunk_by(|a, b| a.0 == b.0) {
+            let Some(file) = self.layout.files.get(group[0].0) else {
+                continue;
+            };
+            let Some(fill) = file.nid.and_then(|nid| self.block_fill.open(nid)) else {
+                continue;
+            };
+            for &(_, c) in group {
+                let (offset, len) = (c * bs, bs.min(file.size.saturating_sub(c * bs)));
+                if len > 0 && !fill.holds(offset, len) {
+                    fill.fill(
+                        (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
                         offset,
-                        len: bs.min(file.size - offset),
-                    }
-                })
-                .collect();
-            let block = part.blob_offset / BLOB_BLOCK;
-            let len = part.chunk.len() as u64;
-            let take = self.sweep.per_miss() as usize;
-            let swept = self
-                .block_fill
-                .fill(block, nid, part.file_offset, len, &sweep, take);
-            for i in swept {
-                self.sweep.swept(state, candidates[i]);
+                        len,
+                    );
+                }
             }
         }
     }
@@ -323,10 +374,7 @@ impl Blob {
                 continue;
             }
             let n = rest.len().min((file.size - within) as usize);
-            let reader = self.readers.get_or_insert_with(&index, || {
-                let inode = self.image.inode(file.inode)?;
-                self.image.open_file(&inode)
-            })?;
+            let reader = self.reader(index, file)?;
             let bs = u64::from(reader.block_size().max(1));
             let first_block = start + within / bs * bs;
             let from_fill = self.block_fill.is_filling(first_block / BLOB_BLOCK);

@@ -14,12 +14,10 @@
 //! read-ahead does not wait for the data: EROFS reads the blob with direct I/O, which FUSE sends
 //! as asynchronous requests (FUSE_ASYNC_DIO), answered by the other request threads.
 //!
-//! A file read at random also gets other blocks brought in beside the reader, on idle cores:
-//! with the same descriptor, the fill advises the blocks its file's random sweep names
-//! ([`squashd_core::read_ahead::RandomSweep`]), skipping those EROFS's page cache holds whole
-//! (cachestat(2)). The request threads that answer them decompress them while the reader goes
-//! on; a reader that then comes to such a block finds it cached, or waits for the read in
-//! flight, rather than missing it and waiting for a whole decompression of its own.
+//! A file read at random also gets other blocks brought in beside the reader, on idle cores
+//! ([`crate::blob_sweep`]): once a sweep worker has decompressed one, the reader's next fill
+//! asks EROFS for it on a descriptor of its file too, skipping blocks EROFS's page cache holds
+//! whole (cachestat(2)), and its reads are answered from the data cache at once.
 //!
 //! The descriptor is opened and closed before the read that asked for the fill is answered.
 //! The reader is then inside a read of a file of the mount, which keeps the mount busy anyway:
@@ -55,18 +53,6 @@ const RECENT: usize = 64;
 /// rare (its pages are cached, or being read for the fill, which the reader waits for) and
 /// costs only the read-ahead it might have asked for.
 const FILL_MS: u64 = 2000;
-
-/// A block a random reader's sweep may bring in: where it starts in the blob (in 4 KiB blocks,
-/// as [`BlockFill::is_filling`] takes it), and its bytes in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SweepBlock {
-    /// Its first 4 KiB block in the blob.
-    pub block: u64,
-    /// Where it starts in the file.
-    pub offset: u64,
-    /// Its length in the file.
-    pub len: u64,
-}
 
 /// How file handles of the mounted EROFS are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +113,8 @@ impl Default for BlockFill {
 /// What the fills did, for `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FillStats {
-    /// Blocks whose rest was asked for.
+    /// Blocks asked of EROFS: the rest of those readers read in part, and those swept beside
+    /// them.
     pub fills: u64,
     /// Bytes asked for (the pages EROFS already had are not read again).
     pub filled_bytes: u64,
@@ -182,55 +169,18 @@ impl BlockFill {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Asks EROFS to read bytes `offset..offset + len` of the file with nid `nid` ahead, the
-    /// rest of blob block `block`; then, of `sweep`'s blocks of the same file (a random
-    /// reader's sweep, [`squashd_core::read_ahead::RandomSweep`]), asks for the first `take`
-    /// that EROFS's page cache does not hold whole. Returns the positions in `sweep` of the
-    /// blocks asked for (what could not be asked for is counted in [`FillStats::failures`]).
-    pub fn fill(
-        &self,
-        block: u64,
-        nid: u64,
-        offset: u64,
-        len: u64,
-        sweep: &[SweepBlock],
-        take: usize,
-    ) -> Vec<usize> {
-        let mut swept = Vec::new();
-        if self.target.get().is_none() {
-            return swept;
-        }
-        let Some(mounted) = self.mounted() else {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-            return swept;
-        };
-        self.remember(block);
-        let file = match open_file(mounted, nid) {
-            Ok(file) => file,
-            Err(_) => {
+    /// The file with nid `nid` of the mount, opened to fill blocks of it; None (counted in
+    /// [`FillStats::failures`]) when the mount is not attached, moved, or cannot be used.
+    pub fn open(&self, nid: u64) -> Option<FillFile<'_>> {
+        self.target.get()?;
+        let opened = self.mounted().map(|mounted| open_file(mounted, nid));
+        match opened {
+            Some(Ok(file)) => Some(FillFile { fill: self, file }),
+            _ => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                return swept;
-            }
-        };
-        if advise(&file, offset, len).is_ok() {
-            self.fills.fetch_add(1, Ordering::Relaxed);
-            self.filled_bytes.fetch_add(len, Ordering::Relaxed);
-        } else {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-        }
-        for (i, candidate) in sweep.iter().enumerate() {
-            if swept.len() >= take {
-                break;
-            }
-            if cached_whole(&file, candidate.offset, candidate.len) {
-                continue;
-            }
-            self.remember(candidate.block);
-            if advise(&file, candidate.offset, candidate.len).is_ok() {
-                swept.push(i);
+                None
             }
         }
-        swept
     }
 
     /// Remembers that blob block `block` is being filled, for [`BlockFill::is_filling`].
@@ -247,6 +197,37 @@ impl BlockFill {
             filled_bytes: self.filled_bytes.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A file of the EROFS mount opened for fills (see [`BlockFill::open`]); closed when dropped,
+/// which must be before the read that asked for it is answered.
+#[derive(Debug)]
+pub struct FillFile<'a> {
+    fill: &'a BlockFill,
+    file: OwnedFd,
+}
+
+impl FillFile<'_> {
+    /// Asks EROFS to read bytes `offset..offset + len` of the file ahead: blob block `block`
+    /// (its first 4 KiB block), whose reads are then told from readers' reads
+    /// ([`BlockFill::is_filling`]). Returns whether it could be asked.
+    pub fn fill(&self, block: u64, offset: u64, len: u64) -> bool {
+        self.fill.remember(block);
+        if advise(&self.file, offset, len).is_ok() {
+            self.fill.fills.fetch_add(1, Ordering::Relaxed);
+            self.fill.filled_bytes.fetch_add(len, Ordering::Relaxed);
+            true
+        } else {
+            self.fill.failures.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Whether EROFS's page cache holds every page of bytes `offset..offset + len` of the file
+    /// (cachestat(2)); false when it cannot be told.
+    pub fn holds(&self, offset: u64, len: u64) -> bool {
+        cached_whole(&self.file, offset, len)
     }
 }
 

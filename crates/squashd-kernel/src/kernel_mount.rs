@@ -99,6 +99,11 @@ pub struct BlobReadStats {
     pub filled_bytes: u64,
     /// Fills that could not be asked for (the mount moved, or cannot be used: see the log).
     pub fill_failures: u64,
+    /// Blocks decompressed beside random readers by the sweep's workers.
+    pub sweep_decompressions: u64,
+    /// Of them, blocks a reader came to before EROFS was given them (no wait for a
+    /// decompression, a round trip).
+    pub swept_reached: u64,
 }
 
 /// One image mounted through the kernel.
@@ -295,12 +300,15 @@ impl KernelMount {
     /// into EROFS's page cache after random reads.
     pub fn read_stats(&self) -> BlobReadStats {
         let fill = self.blob.block_fill().stats();
+        let swept = self.blob.swept_stats();
         BlobReadStats {
             blob_reads: self.blob.reads(),
             fill_reads: self.blob.fill_reads(),
             fills: fill.fills,
             filled_bytes: fill.filled_bytes,
             fill_failures: fill.failures,
+            sweep_decompressions: swept.decompressed,
+            swept_reached: swept.reached,
         }
     }
 

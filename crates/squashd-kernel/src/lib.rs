@@ -14,6 +14,7 @@
 
 pub mod blob;
 mod blob_files;
+pub mod blob_sweep;
 pub mod blobfs;
 pub mod block_fill;
 pub mod meta_file;

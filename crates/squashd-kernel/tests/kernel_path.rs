@@ -5,7 +5,7 @@
 //! EROFS; skipped with a printed reason otherwise.
 
 use nix::mount::{MntFlags, MsFlags};
-use squashd_core::read_ahead::{CpuGauge, RandomSweep};
+use squashd_core::read_ahead::RandomSweep;
 use squashd_core::{Image, OpenOptions};
 use squashd_kernel::{
     mount_erofs, translate, Blob, BlobFsContent, BlobMount, KernelMountOptions, MetaFile,
@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use testkit::{Built, TreeOptions};
+
+#[path = "kernel_path/sweep.rs"]
+mod sweep;
 
 /// Unmounts on drop, lazily, whatever happens to the test.
 struct Unmount(PathBuf);
@@ -341,51 +344,6 @@ fn a_random_read_fills_its_whole_block() {
         assert!(buf == data[at..at + 4096]);
     }
     assert!(m.blob.block_fill().stats().fills > 1);
-    drop(file);
-    nix::mount::umount2(&m.mnt, MntFlags::empty()).expect("umount right after random reads");
-}
-
-/// A reader that reads a file at random gets blocks brought in beside it (the random sweep): of
-/// the file's 128 blocks, read once each at one page in random order, those swept before the
-/// reader came cost it no miss, every block is still decompressed once, and the bytes are the
-/// file's. Without the sweep, the reader would miss all 128. (The sweep's CPU gauge is off here: the figures must not depend on what else the
-/// machine runs.)
-#[test]
-fn a_random_reader_gets_blocks_swept_beside_it() {
-    if !testkit::can_mount_erofs() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut rng = fastrand::Rng::with_seed(11);
-    let data: Vec<u8> = (0..16 << 20).map(|_| b"acgt"[rng.usize(..4)]).collect();
-    let read_ahead = KernelMountOptions::default().read_ahead;
-    let sweep = RandomSweep::with_gauge(true, CpuGauge::Off);
-    let m = data_mount_with(dir.path(), &data, read_ahead, 4, Some(sweep));
-    m.blob
-        .block_fill()
-        .attach(&m.mnt, &m.blobs.path("data.meta"));
-    let file = fs::File::open(m.mnt.join("big")).unwrap();
-    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random).unwrap();
-    let mut blocks: Vec<usize> = (0..128).collect();
-    rng.shuffle(&mut blocks);
-    for &block in &blocks {
-        let at = block * (128 << 10) + rng.usize(..32) * 4096;
-        let mut buf = vec![0u8; 4096];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, at as u64).unwrap();
-        assert!(buf == data[at..at + 4096], "block {block} differs");
-    }
-    let sweep = m.blob.sweep_stats();
-    let misses = m.blob.reads() - m.blob.fill_reads();
-    assert!(sweep.sweeps >= 20, "{sweep:?}");
-    // Each block reached squashd once, as the reader's miss or as a sweep (a few more: a
-    // reader's read may land while the blocks swept beside it are still being asked for).
-    let reached = misses + sweep.sweeps - sweep.wasted;
-    assert!(
-        (128..=132).contains(&reached),
-        "{misses} reader misses, {sweep:?}"
-    );
-    let loads = m.image.stats().data.loads;
-    assert_eq!(loads, 128, "each block decompressed once: {sweep:?}");
     drop(file);
     nix::mount::umount2(&m.mnt, MntFlags::empty()).expect("umount right after random reads");
 }

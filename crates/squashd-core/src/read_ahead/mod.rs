@@ -55,7 +55,7 @@ pub use run_queue::CpuGauge;
 pub(crate) use stats::ReadAheadCounters;
 pub use stats::ReadAheadStats;
 pub use stream::ReadState;
-pub use sweep::{RandomSweep, SweepState, SweepStats};
+pub use sweep::{RandomSweep, SweepState, SweepStats, AFTER_MISSES};
 
 use crate::workers::Workers;
 use crate::FileReader;

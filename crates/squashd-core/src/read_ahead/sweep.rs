@@ -172,6 +172,18 @@ impl RandomSweep {
         }
     }
 
+    /// Notes that the reader came to block `index`, swept, while it was still held for it
+    /// somewhere other than the reader's cache (decompressed by the caller, not yet handed
+    /// over): the sweep of it was used, and the miss about to be noted for it
+    /// ([`RandomSweep::candidates`]) does not count it as wasted.
+    pub fn used(&self, state: &SweepState, index: u64) {
+        let key = index.saturating_add(1);
+        let mut s = state.lock();
+        if let Some(slot) = s.recent.iter_mut().find(|k| **k == key) {
+            *slot = 0;
+        }
+    }
+
     /// What the sweep did so far.
     pub fn stats(&self) -> SweepStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -222,6 +234,23 @@ mod tests {
         for _ in 0..10 {
             assert!(off.candidates(&state, 1, 100).is_empty());
         }
+    }
+
+    #[test]
+    fn a_swept_block_reached_before_it_was_handed_over_is_not_wasted() {
+        let sweep = sweep();
+        let state = SweepState::default();
+        for _ in 0..=AFTER_MISSES {
+            sweep.candidates(&state, 0, 10_000);
+        }
+        sweep.swept(&state, 7);
+        sweep.swept(&state, 8);
+        sweep.used(&state, 7);
+        sweep.candidates(&state, 7, 10_000);
+        assert_eq!(sweep.stats().wasted, 0);
+        // The other one, missed without `used`, was wasted.
+        sweep.candidates(&state, 8, 10_000);
+        assert_eq!(sweep.stats().wasted, 1);
     }
 
     #[test]

@@ -315,6 +315,14 @@ pub struct TranslationStatus {
     /// Fills that could not be asked for.
     #[serde(default)]
     pub fill_failures: u64,
+    /// Blocks decompressed beside random readers by the sweep's workers, then filled whole
+    /// into EROFS's page cache at the reader's next miss.
+    #[serde(default)]
+    pub sweep_decompressions: u64,
+    /// Of them, blocks a reader came to first (found decompressed: a round trip, no wait
+    /// for a decompression).
+    #[serde(default)]
+    pub swept_reached: u64,
     /// Bytes of the blob in the kernel's page cache (cachestat(2)): 0 by design, since EROFS
     /// reads the blob with direct I/O and keeps file data once, in its own page cache; null
     /// when the blob file system did not answer in time.

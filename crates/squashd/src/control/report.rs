@@ -119,6 +119,8 @@ impl Probe {
                     fills: r.fills,
                     filled_bytes: r.filled_bytes,
                     fill_failures: r.fill_failures,
+                    sweep_decompressions: r.sweep_decompressions,
+                    swept_reached: r.swept_reached,
                     // Looked at after the registry's lock is released (a FUSE request).
                     blob_cached_bytes: None,
                 })

@@ -73,17 +73,20 @@ impl FileReader {
             }
             ReadFor::Fill => (u64::MAX, false),
         };
-        self.copy_into(offset, out, queued_until, part)?;
+        let again = matches!(read_for, ReadFor::Fill);
+        self.copy_into(offset, out, queued_until, again, part)?;
         Ok(ReadInto { streaming })
     }
 
     /// Fills `out` from `offset`: blocks below `queued_until` and blocks read in part through
-    /// the data cache, the others through the per-thread buffer.
+    /// the data cache, the others through the per-thread buffer. With `again` (a fill's read),
+    /// a block the cache holds is not counted as another use ([`FileReader::chunk_again`]).
     fn copy_into(
         &self,
         offset: u64,
         out: &mut [u8],
         queued_until: u64,
+        again: bool,
         part: &mut dyn FnMut(u64, &Chunk),
     ) -> Result<()> {
         let bs = u64::from(self.block_size().max(1));
@@ -96,7 +99,11 @@ impl FileReader {
             let whole_block =
                 within == 0 && dest.len() as u64 >= bs.min(self.size().saturating_sub(pos));
             if !whole_block || index < queued_until {
-                let chunk = self.chunk(index)?;
+                let chunk = if again {
+                    self.chunk_again(index)?
+                } else {
+                    self.chunk(index)?
+                };
                 let n = dest.len().min(chunk.len().saturating_sub(within));
                 if n == 0 {
                     dest.fill(0);

@@ -239,7 +239,7 @@ impl Blob {
             Ok(reader) => reader,
             Err(e) => return Some(Err(e)),
         };
-        let chunk = match reader.chunk(within / bs) {
+        let chunk = match reader.chunk_again(within / bs) {
             Ok(chunk) if chunk.is_hole() => return None,
             Ok(chunk) => chunk,
             Err(e) => return Some(Err(e)),

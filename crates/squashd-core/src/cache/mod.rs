@@ -337,6 +337,17 @@ impl<V: CacheValue> BlockCache<V> {
         self.cache.as_ref().and_then(|c| c.peek(key))
     }
 
+    /// The value for `key` if it is cached, counted as a hit (also in `also`) but, unlike
+    /// [`BlockCache::get_or_load`]'s, without making it any hotter in the eviction order: for
+    /// reads that repeat a use just made (see [`crate::FileReader::chunk_again`]).
+    pub fn peek_counted(&self, key: &BlockKey, also: Option<&CacheCounters>) -> Option<V> {
+        let v = self.peek(key)?;
+        for c in std::iter::once(&self.counters).chain(also) {
+            c.mine().hits.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(v)
+    }
+
     /// A snapshot of the counters and the bytes held (those reserved included).
     ///
     /// Evictions are derived rather than counted: a key is loaded at most once while it is held

@@ -225,3 +225,35 @@ fn zero_budget_loads_every_time() {
     let s = cache.stats();
     assert_eq!((s.loads, s.misses, s.hits, s.entries), (3, 3, 0, 0));
 }
+
+/// A peek counts a hit but is not a use: a block only peeked at after its load leaves the
+/// cache as blocks used once pass through, where a block used again stays (the kernel path's
+/// fill reads peek, so that the rest of a block read at random does not make it hot).
+#[test]
+fn a_block_peeked_at_is_not_kept_as_one_used_again() {
+    let cache = BlockCache::<Arc<[u8]>>::new(8 << 20, 4096);
+    let load = || Ok::<_, ()>(block(4096));
+    // A full cache first (quick_cache admits blocks as hot while it fills).
+    for pos in 10_000..10_000 + 2 * (8 << 20) / 4096 {
+        cache.get_or_load(key(pos), None, load).unwrap();
+    }
+    cache.get_or_load(key(1), None, load).unwrap();
+    cache.get_or_load(key(2), None, load).unwrap();
+    for _ in 0..3 {
+        assert!(cache.peek_counted(&key(1), None).is_some());
+        assert!(cache.get_or_load(key(2), None, || Err(())).is_ok());
+    }
+    assert_eq!(cache.stats().hits, 6);
+    // Blocks used once each pass through.
+    for pos in 100..100 + 4 * (8 << 20) / 4096 {
+        cache.get_or_load(key(pos), None, load).unwrap();
+    }
+    assert!(
+        cache.peek(&key(2)).is_some(),
+        "the block used again was evicted"
+    );
+    assert!(
+        cache.peek(&key(1)).is_none(),
+        "the block peeked at was kept"
+    );
+}

@@ -129,6 +129,14 @@ impl ImageInner {
             })
     }
 
+    /// The data block or fragment block at `pos` if the data cache holds it, counted as a hit
+    /// that is not another use (see [`crate::FileReader::chunk_again`]).
+    pub(crate) fn data_block_again(&self, pos: u64) -> Option<Arc<[u8]>> {
+        self.caches
+            .data
+            .peek_counted(&self.key(pos), Some(&self.counters.data))
+    }
+
     /// The data block or fragment block at `pos`, as [`ImageInner::data_block`] gives it,
     /// unless another reader is loading it into the data cache now: then `None`, without
     /// waiting. For read-ahead workers (see [`crate::cache::BlockCache::get_or_load_unless_loading`]).

@@ -10,6 +10,17 @@ use crate::format::tables::FragmentEntry;
 use crate::format::DataBlockSize;
 use std::sync::{Arc, OnceLock};
 
+/// How [`FileReader::chunk_through_cache`] gets a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// Through the cache, waiting for another reader's load of it.
+    Wait,
+    /// The same, but a hit is not another use ([`FileReader::chunk_again`]).
+    Again,
+    /// Not when another reader is loading it ([`FileReader::preload_chunk`]).
+    UnlessLoading,
+}
+
 /// The positions of a file's data blocks. Only blocks with bytes on disk are kept: a hostile
 /// inode can claim 2^48 holes (one tiny compressed metadata block expands to 2048 zero size
 /// words), and a map with an entry per hole would cost gigabytes. Each stored block has at least
@@ -153,9 +164,22 @@ impl FileReader {
     /// The bytes of chunk `index` (the file's block-size-aligned piece `index`), decompressed
     /// through the data cache: a full block, the last partial block, or the tail end.
     pub fn chunk(&self, index: u64) -> Result<Chunk> {
-        match self.chunk_through_cache(index, false)? {
+        match self.chunk_through_cache(index, Fetch::Wait)? {
             Some(chunk) => Ok(chunk),
             // Unreachable: a load that waits always gives the block.
+            None => Err(self.image.inner.corrupt(0, "data block load gave nothing")),
+        }
+    }
+
+    /// [`FileReader::chunk`] for a read that repeats a use of the block just made: the kernel
+    /// path's fill, whose two to four reads of the rest of a block follow the reader's read of
+    /// part of it within a millisecond. A hit then does not count as another use in the data
+    /// cache's eviction order. Counted as uses, those reads made every block a random reader
+    /// touched "hot", so that the cache kept the blocks read last, in order: fio's random map
+    /// visits the blocks in the same order every pass, and found none of them still cached.
+    pub fn chunk_again(&self, index: u64) -> Result<Chunk> {
+        match self.chunk_through_cache(index, Fetch::Again)? {
+            Some(chunk) => Ok(chunk),
             None => Err(self.image.inner.corrupt(0, "data block load gave nothing")),
         }
     }
@@ -168,18 +192,23 @@ impl FileReader {
     /// (or the chunk is a hole); `false` when it is left to another loader, or the data cache
     /// has no budget to keep it.
     pub fn preload_chunk(&self, index: u64) -> Result<bool> {
-        Ok(self.chunk_through_cache(index, true)?.is_some())
+        Ok(self
+            .chunk_through_cache(index, Fetch::UnlessLoading)?
+            .is_some())
     }
 
-    /// [`FileReader::chunk`]; with `unless_loading`, [`FileReader::preload_chunk`] (`None`: not
-    /// loaded here).
-    fn chunk_through_cache(&self, index: u64, unless_loading: bool) -> Result<Option<Chunk>> {
+    /// [`FileReader::chunk`], [`FileReader::chunk_again`] or [`FileReader::preload_chunk`], as
+    /// `fetch` says (`None`: not loaded here).
+    fn chunk_through_cache(&self, index: u64, fetch: Fetch) -> Result<Option<Chunk>> {
         let inner = &self.image.inner;
         let load = |pos, size, max_len| -> Result<Option<Arc<[u8]>>> {
-            if unless_loading {
-                inner.data_block_unless_loading(pos, size, max_len)
-            } else {
-                inner.data_block(pos, size, max_len).map(Some)
+            match fetch {
+                Fetch::UnlessLoading => inner.data_block_unless_loading(pos, size, max_len),
+                Fetch::Again => match inner.data_block_again(pos) {
+                    Some(data) => Ok(Some(data)),
+                    None => inner.data_block(pos, size, max_len).map(Some),
+                },
+                Fetch::Wait => inner.data_block(pos, size, max_len).map(Some),
             }
         };
         let bs = self.block_size() as u64;

@@ -171,7 +171,9 @@ fn a_random_reader_gets_blocks_swept_beside_it() {
     let reached = misses + sweep.sweeps - sweep.wasted - m.blob.swept_stats().reached;
     assert!(
         (128..=132).contains(&reached),
-        "{misses} reader misses, {sweep:?}"
+        "{misses} reader misses, {sweep:?}, {:?}, {} fills",
+        m.blob.swept_stats(),
+        m.blob.block_fill().stats().fills
     );
     let loads = m.image.stats().data.loads;
     assert_eq!(loads, 128, "each block decompressed once: {sweep:?}");

@@ -3,8 +3,8 @@
 //! reads of the blob become reads of the files through the image's caches. Nothing is stored:
 //! a blob is an index of (offset, file) and the gaps read as zeros.
 
-use crate::blob_sweep::{BlobSweep, BlobSweepStats};
-use crate::block_fill::BlockFill;
+use crate::blob_sweep::{BlobSweep, BlobSweepStats, FileBlock};
+use crate::block_fill::{BlockFill, FillFile};
 use squashd_core::read_ahead::{RandomSweep, ReadAheadPool, ReadState, SweepState, SweepStats};
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Chunk, FileReader, Image, InodeId};
@@ -271,6 +271,7 @@ impl Blob {
     /// decompressed since the last fill. Blocks read in order are left to read-ahead.
     pub fn fill_rest(&self, parts: &[PartRead]) {
         let bs = u64::from(self.image.block_size().max(1));
+        let mut ready: Option<Vec<FileBlock>> = None;
         for part in parts.iter().filter(|p| p.random) {
             let (Some(file), Some(state)) =
                 (self.layout.files.get(part.file), self.sweeps.get(part.file))
@@ -293,6 +294,16 @@ impl Blob {
                 part.file_offset,
                 part.chunk.len() as u64,
             );
+            // The blocks of this file swept since the last miss, on the same descriptor.
+            ready
+                .get_or_insert_with(|| self.swept.take_ready())
+                .retain(|&(f, c)| {
+                    let this_file = f == part.file;
+                    if this_file {
+                        Self::hand_over(&fill, file, c, bs);
+                    }
+                    !this_file
+                });
             let Ok(reader) = self.reader(part.file, file) else {
                 continue;
             };
@@ -312,30 +323,31 @@ impl Blob {
                 taken += 1;
             }
         }
-        self.fill_swept(bs);
-    }
-
-    /// Asks EROFS for the blocks the sweep's workers have decompressed, but those it holds.
-    fn fill_swept(&self, bs: u64) {
-        let mut ready = self.swept.take_ready();
+        // Those of other files, each on a descriptor of its own.
+        let mut ready = ready.unwrap_or_else(|| self.swept.take_ready());
         ready.sort_unstable();
         for group in ready.chunk_by(|a, b| a.0 == b.0) {
             let Some(file) = self.layout.files.get(group[0].0) else {
                 continue;
             };
-            let Some(fill) = file.nid.and_then(|nid| self.block_fill.open(nid)) else {
-                continue;
-            };
-            for &(_, c) in group {
-                let (offset, len) = (c * bs, bs.min(file.size.saturating_sub(c * bs)));
-                if len > 0 && !fill.holds(offset, len) {
-                    fill.fill(
-                        (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
-                        offset,
-                        len,
-                    );
+            if let Some(fill) = file.nid.and_then(|nid| self.block_fill.open(nid)) {
+                for &(_, c) in group {
+                    Self::hand_over(&fill, file, c, bs);
                 }
             }
+        }
+    }
+
+    /// Asks EROFS, through `fill` (a descriptor of `file`), for block `c` of it, which the
+    /// sweep's workers decompressed, unless it holds the block whole already.
+    fn hand_over(fill: &FillFile<'_>, file: &BlobFile, c: u64, bs: u64) {
+        let (offset, len) = (c * bs, bs.min(file.size.saturating_sub(c * bs)));
+        if len > 0 && !fill.holds(offset, len) {
+            fill.fill(
+                (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
+                offset,
+                len,
+            );
         }
     }
 

@@ -83,11 +83,12 @@ impl BlobSweep {
             // Into the data cache: a reader that comes meanwhile waits for this load rather
             // than doing its own. A block that cannot be read is left for the reader to fail on.
             if job.reader.chunk(job.block.1).is_ok() {
-                count.fetch_add(1, Ordering::Relaxed);
                 let mut swept = done.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(s) = swept.iter_mut().find(|s| s.block == job.block) {
                     s.ready = true;
                 }
+                // Counted once ready: whoever sees the count sees the block ready.
+                count.fetch_add(1, Ordering::Relaxed);
             }
         };
         BlobSweep {

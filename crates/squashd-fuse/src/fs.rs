@@ -20,7 +20,7 @@ pub use crate::error::{FsError, FsResult};
 pub use crate::files::FileData;
 use crate::files::OpenFiles;
 use crate::idle::Activity;
-pub use crate::listings::ListingTurn;
+pub use crate::listings::{with_listing_waits, ListingTurn, FILL_WAIT};
 use crate::probe::MountProbe;
 use crate::tree::ServedTree;
 use fuser::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags};

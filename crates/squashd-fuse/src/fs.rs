@@ -287,3 +287,17 @@ fn sized(data: Vec<u8>, size: u32) -> FsResult<XattrReply> {
         Ok(XattrReply::Data(data))
     }
 }
+
+impl Drop for SquashFs {
+    fn drop(&mut self) {
+        // Beside the dispatcher's requests by opcode: what the listing requests got.
+        let probe = self.tree.probe();
+        tracing::debug!(
+            "listings: requests={} short={} unlinked={} waited={}",
+            probe.listings(),
+            probe.short_listings(),
+            probe.unlinked_listings(),
+            probe.waited_listings()
+        );
+    }
+}

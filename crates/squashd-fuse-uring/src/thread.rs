@@ -56,9 +56,12 @@ impl QueueLayout {
     /// The pinned thread registers its entry after the CPU's other threads: the kernel gives a
     /// queue's request to the entry that became free last (`fuse_uring_ent_avail` puts it at
     /// the head of the queue's free entries), registration included, so the entry registered
-    /// last takes the requests of a lone requester on that CPU and keeps them, each answer
-    /// freeing it last again. Registered in a race, an unpinned thread's entry often won, and a
-    /// single cold walk was answered from the other CPU (a wake-up across CPUs per request).
+    /// last takes the first requests of a lone requester on that CPU, and keeps them as long as
+    /// each answer frees it before the next request comes. Registered in a race, an unpinned
+    /// thread's entry often won from the start. (A walk still moves to other entries: the
+    /// kernel wakes the requester before it frees the entry, and a requester that preempts the
+    /// answering thread sends its next request to another free entry; see
+    /// bench/results/2026-11-27-ring-s9.md.)
     pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
         let mut layouts = Vec::new();

@@ -91,9 +91,10 @@ impl KnownListings {
 }
 
 /// The longest a listing request from 0 of a ring mount waits for another opener's fill of the
-/// same directory to end. A walker's next `getdents` (the one that ends its fill) follows its first at once,
-/// unless the walker is preempted (a few ms on a loaded machine); a fill that never ends (an
-/// opener that read one page and closed) costs each request that waits for it this once.
+/// same directory to end. A walker's next `getdents` (the one that ends its fill) follows its
+/// first at once, unless the walker is preempted (a few ms on a loaded machine); a fill that
+/// never ends (an opener that read one page and closed) costs each request that waits for it
+/// this once.
 pub const FILL_WAIT: Duration = Duration::from_millis(10);
 
 /// Which transport queue the listing requests of this thread come from, and how many of that

@@ -347,6 +347,7 @@ impl Queue {
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
+        let entries_held = self.entry_count();
         let label = &self.label;
         let ring = &mut self.ring;
         let mut early: Option<Result<(), UringError>> = None;
@@ -379,6 +380,7 @@ impl Queue {
                 op_in: &op_in[..op_in_len],
                 payload: &self.request_payload,
                 queue: Some(usize::from(qid)),
+                thread_entries: entries_held,
             };
             let mut reply = RingReply::new(payload_out, Some(&mut commit_now));
             let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));

@@ -20,6 +20,11 @@ pub struct Request<'a> {
     pub payload: &'a [u8],
     /// The ring queue (= CPU) that carried the request; `None` on /dev/fuse.
     pub queue: Option<usize>,
+    /// Ring entries held by the thread answering (0 on /dev/fuse): 1 for a per-CPU entry
+    /// thread, whose handler may wait without holding up any other request (the other entries
+    /// of its queue still take that queue's requests); one per CPU for the idle start's thread,
+    /// which answers its entries one after another, so that its handler must not wait.
+    pub thread_entries: usize,
 }
 
 impl<'a> Request<'a> {
@@ -34,6 +39,7 @@ impl<'a> Request<'a> {
             op_in: &[],
             payload,
             queue: None,
+            thread_entries: 0,
         })
     }
 
@@ -183,12 +189,14 @@ mod tests {
             op_in: &whole[..8],
             payload: &whole[8..],
             queue: Some(0),
+            thread_entries: 1,
         };
         let contiguous = Request {
             header: InHeader::default(),
             op_in: &[],
             payload: &whole,
             queue: None,
+            thread_entries: 0,
         };
         for request in [split, contiguous] {
             let mut args = request.args();
@@ -220,6 +228,7 @@ mod tests {
             op_in: &[],
             payload: b"abc",
             queue: None,
+            thread_entries: 0,
         };
         assert_eq!(request.args().name(), None);
     }

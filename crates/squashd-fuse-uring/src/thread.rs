@@ -6,8 +6,9 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::queue::Queue;
 use crate::transport::QueueContext;
@@ -33,6 +34,12 @@ pub(crate) struct QueueLayout {
     index: usize,
     /// After how many answered requests the thread starts the per-CPU queues (idle start).
     per_cpu_after: Option<u64>,
+    /// The pinned thread's wait for the other threads of its CPU to register: each holds a
+    /// sender and drops it once registered (or failed), and the pinned thread registers when
+    /// all are gone ([`QueueLayout::per_cpu`] says why).
+    siblings_registered: Option<Receiver<()>>,
+    /// Dropped once this thread registered (held by a CPU's threads but the pinned one).
+    registered: Option<Sender<()>>,
 }
 
 impl QueueLayout {
@@ -45,17 +52,36 @@ impl QueueLayout {
     /// another request would hold theirs until it finished, while the CPU might be idle. The
     /// threads beyond the first are left unpinned: requests of one CPU that each take a core
     /// (two decompressions) can then run on two.
+    ///
+    /// The pinned thread registers its entry after the CPU's other threads: the kernel gives a
+    /// queue's request to the entry that became free last (`fuse_uring_ent_avail` puts it at
+    /// the head of the queue's free entries), registration included, so the entry registered
+    /// last takes the first requests of a lone requester on that CPU, and keeps them as long as
+    /// each answer frees it before the next request comes. Registered in a race, an unpinned
+    /// thread's entry often won from the start. (A walk still moves to other entries: the
+    /// kernel wakes the requester before it frees the entry, and a requester that preempts the
+    /// answering thread sends its next request to another free entry; see
+    /// bench/results/2026-11-27-ring-s9.md.)
     pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
         let mut layouts = Vec::new();
         for cpu in 0..config.cpus {
             let qid = qid(cpu)?;
+            let (registered, siblings_registered) = mpsc::channel();
+            let mut siblings_registered = Some(siblings_registered);
             for index in 0..depth {
+                let pinned = index == 0;
                 layouts.push(QueueLayout {
                     entry_qids: vec![qid],
                     cpu: Some(qid),
                     index,
                     per_cpu_after: None,
+                    siblings_registered: if pinned {
+                        siblings_registered.take()
+                    } else {
+                        None
+                    },
+                    registered: (!pinned).then(|| registered.clone()),
                 });
             }
         }
@@ -70,6 +96,8 @@ impl QueueLayout {
             cpu: None,
             index: 0,
             per_cpu_after: Some(per_cpu_after),
+            siblings_registered: None,
+            registered: None,
         })
     }
 
@@ -128,7 +156,7 @@ pub(crate) struct QueueStart<H> {
 /// The body of a queue thread.
 pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
     let QueueStart {
-        layout,
+        mut layout,
         mut queue,
         context,
         wake: _wake,
@@ -151,8 +179,14 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
         }
         None => None,
     };
+    if let Some(siblings) = layout.siblings_registered.take() {
+        // Disconnected once every sibling registered (or ended); the timeout only bounds a
+        // sibling that is slow to start: the order is a preference, not a rule.
+        let _ = siblings.recv_timeout(SIBLINGS_REGISTER_WITHIN);
+    }
     // This thread becomes the ring's one submitter (it was made disabled elsewhere).
     let registered = queue.enable().and_then(|()| queue.register());
+    drop(layout.registered.take());
     if let Err(error) = registered {
         // Entries registered before the failure stay with the kernel: close keeps their memory.
         let message = error.to_string();
@@ -181,6 +215,9 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
     });
     queue.serve(&*handler, &shared, busy)
 }
+
+/// How long a CPU's pinned queue thread waits for its siblings to register before it does.
+const SIBLINGS_REGISTER_WITHIN: Duration = Duration::from_secs(1);
 
 fn pin_to_cpu(cpu: usize) {
     let mut set = nix::sched::CpuSet::new();

@@ -195,7 +195,9 @@ impl Directories {
         offset: u64,
         reply: &mut impl DirectoryReplier,
     ) -> FsResult<ListingTurn<'_>> {
-        let mut turn = self.turns.take(node);
+        let mut turn = self
+            .turns
+            .take(node, offset, || tree.probe().waited_listing());
         tree.probe().listing();
         let dir = self.listing(tree, node, fh, offset)?;
         let own = tree.node(dir.inode.number);
@@ -270,7 +272,9 @@ impl Directories {
         offset: u64,
         reply: &mut impl DirectoryPlusReplier,
     ) -> FsResult<ListingTurn<'_>> {
-        let mut turn = self.turns.take(node);
+        let mut turn = self
+            .turns
+            .take(node, offset, || tree.probe().waited_listing());
         tree.probe().listing();
         let dir = self.listing(tree, node, fh, offset)?;
         let own = tree.attr(&dir.inode);
@@ -388,10 +392,12 @@ fn short_answer(turn: &mut ListingTurn<'_>, node: INodeNo, offset: u64) -> bool 
 /// fills it again.
 fn learn(turn: &mut ListingTurn<'_>, node: INodeNo, offset: u64, added: usize, len: usize) {
     let end = len as u64 + 2;
-    let known = turn.known();
     if offset >= end {
-        known.ended(node);
-    } else if offset == 0 {
+        turn.ended(node);
+        return;
+    }
+    let known = turn.known();
+    if offset == 0 {
         if added > 0 {
             known.filling(node);
         }

@@ -20,7 +20,7 @@ pub use crate::error::{FsError, FsResult};
 pub use crate::files::FileData;
 use crate::files::OpenFiles;
 use crate::idle::Activity;
-pub use crate::listings::ListingTurn;
+pub use crate::listings::{with_listing_waits, ListingTurn, FILL_WAIT};
 use crate::probe::MountProbe;
 use crate::tree::ServedTree;
 use fuser::{AccessFlags, Errno, FileHandle, INodeNo, OpenFlags};
@@ -285,5 +285,19 @@ fn sized(data: Vec<u8>, size: u32) -> FsResult<XattrReply> {
         Err(Errno::ERANGE.into())
     } else {
         Ok(XattrReply::Data(data))
+    }
+}
+
+impl Drop for SquashFs {
+    fn drop(&mut self) {
+        // Beside the dispatcher's requests by opcode: what the listing requests got.
+        let probe = self.tree.probe();
+        tracing::debug!(
+            "listings: requests={} short={} unlinked={} waited={}",
+            probe.listings(),
+            probe.short_listings(),
+            probe.unlinked_listings(),
+            probe.waited_listings()
+        );
     }
 }

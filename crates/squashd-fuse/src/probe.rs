@@ -25,6 +25,8 @@ struct MountCounters {
     short_listings: AtomicU64,
     /// READDIRPLUS answers whose entries the kernel does not link (another opener's do).
     unlinked_listings: AtomicU64,
+    /// Listing requests that waited for another opener's fill to end.
+    waited_listings: AtomicU64,
     /// What the last failed request's error said (the image and the byte that was bad).
     last_error: std::sync::Mutex<Option<String>>,
     /// The session's transport, once it runs.
@@ -72,6 +74,13 @@ impl MountProbe {
         self.counters.unlinked_listings.load(Ordering::Relaxed)
     }
 
+    /// Listing requests from 0 that waited (or wait now) for another opener's fill of the
+    /// directory to end (most then get the one-entry answer, counted in
+    /// [`MountProbe::short_listings`]).
+    pub fn waited_listings(&self) -> u64 {
+        self.counters.waited_listings.load(Ordering::Relaxed)
+    }
+
     /// Which transport carries the mount's requests ("dev-fuse" before the session runs).
     pub fn transport(&self) -> crate::server::TransportInfo {
         self.counters
@@ -112,6 +121,12 @@ impl MountProbe {
 
     pub(crate) fn short_listing(&self) {
         self.counters.short_listings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn waited_listing(&self) {
+        self.counters
+            .waited_listings
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn unlinked_listing(&self) {

@@ -9,11 +9,12 @@
 use fuser::{FileHandle, INodeNo};
 use squashd_core::{Image, OpenOptions};
 use squashd_fuse::fs::{
-    DirectoryEntry, DirectoryEntryPlus, DirectoryPlusReplier, DirectoryReplier,
+    with_listing_waits, DirectoryEntry, DirectoryEntryPlus, DirectoryPlusReplier, DirectoryReplier,
 };
 use squashd_fuse::{MountConfig, SquashFs};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
 use testkit::{Built, TreeOptions};
 
 /// The size of a readdir buffer the kernel sends: one page.
@@ -155,4 +156,103 @@ fn duplicates_of_a_fill_are_unlinked_and_once_its_end_was_answered_they_get_one_
     assert_eq!(probe.short_listings(), 3);
     // That fill's end was answered again: short answers again.
     assert_eq!(readdir(&fs, big, 0).entries.len(), 1);
+}
+
+/// A file system with no opendir over an image whose root has `big` (1,000 entries), and
+/// `big`'s node; `None` (printed SKIPPED) without mksquashfs.
+fn big_directory() -> Option<(SquashFs, INodeNo)> {
+    if !testkit::have_squashfs_tools() {
+        println!("SKIPPED: mksquashfs not installed");
+        return None;
+    }
+    let built = Built::new(&TreeOptions {
+        many_entries: 1000,
+        ..TreeOptions::default()
+    });
+    let image = Image::open(
+        built.image("gzip", &["-comp", "gzip"]),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    let fs = SquashFs::new(image, &MountConfig::default()).unwrap();
+    fs.set_no_opendir(true);
+    let big = fs.lookup(ROOT, OsStr::new("big")).unwrap().attr.ino;
+    Some((fs, big))
+}
+
+/// Waits (up to 10 s) until `count` says `n`.
+fn wait_for(what: &str, n: u64, count: impl Fn() -> u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() < n {
+        assert!(Instant::now() < deadline, "{what}: {} of {n}", count());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_duplicate_allowed_to_wait_waits_for_the_fill_to_end_and_gets_one_entry() {
+    let Some((fs, big)) = big_directory() else {
+        return;
+    };
+    let probe = fs.probe();
+    // The first opener's fill is under way: its first page is answered.
+    let first = readdirplus(&fs, big, 0);
+    assert!(first.entries.len() > 10, "{}", first.entries.len());
+    std::thread::scope(|s| {
+        // Two more openers from 0, on a transport queue that lets one wait at a time.
+        let waiting = [0, 1].map(|_| {
+            s.spawn(|| {
+                with_listing_waits(0, 1, Duration::from_secs(30), || readdirplus(&fs, big, 0))
+            })
+        });
+        // One waits; the other is answered in full at once (no entries linked twice).
+        wait_for("listings waiting", 1, || probe.waited_listings());
+        wait_for("listing requests answered", 2, || probe.listings());
+        assert_eq!(probe.waited_listings(), 1);
+        assert_eq!(probe.unlinked_listings(), 1);
+        assert_eq!(probe.short_listings(), 0);
+        // The first opener reads on to the end, which completes the kernel's cache: the one
+        // that waited is answered then, with ".", and reads the rest from that cache.
+        let mut offset = first.entries.last().unwrap().1;
+        loop {
+            let answer = readdir(&fs, big, offset);
+            let Some((_, next)) = answer.entries.last() else {
+                break;
+            };
+            offset = *next;
+        }
+        let answers: Vec<Answer> = waiting.map(|t| t.join().unwrap()).into();
+        let short: Vec<_> = answers.iter().filter(|a| a.entries.len() == 1).collect();
+        assert_eq!(short.len(), 1, "one waited and got one entry");
+        assert_eq!(short[0].entries, vec![(b".".to_vec(), 1)]);
+        assert!(answers.iter().any(|a| a.names() == first.names()));
+    });
+    assert_eq!(probe.short_listings(), 1);
+    assert_eq!(probe.waited_listings(), 1);
+}
+
+#[test]
+fn a_request_waits_for_a_fill_that_never_ends_only_until_its_timeout() {
+    let Some((fs, big)) = big_directory() else {
+        return;
+    };
+    let probe = fs.probe();
+    let first = readdirplus(&fs, big, 0);
+    // Nobody reads on: the duplicate waits out its 50 ms, then gets the full answer.
+    let started = Instant::now();
+    let timeout = Duration::from_millis(50);
+    let second = with_listing_waits(3, 2, timeout, || readdirplus(&fs, big, 0));
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+    assert_eq!(second.names(), first.names());
+    assert_eq!(probe.waited_listings(), 1);
+    // Without a transport's allowance (the /dev/fuse readers), nothing waits.
+    let started = Instant::now();
+    assert_eq!(readdirplus(&fs, big, 0).names(), first.names());
+    assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
+    assert_eq!(probe.waited_listings(), 1);
+    // A request from 0 once the end is answered does not wait either: it gets "." at once.
+    assert_eq!(list_to_the_end(&fs, big).len(), 1002);
+    let short = with_listing_waits(3, 2, timeout, || readdir(&fs, big, 0));
+    assert_eq!(short.entries, vec![(b".".to_vec(), 1)]);
+    assert_eq!(probe.waited_listings(), 1);
 }

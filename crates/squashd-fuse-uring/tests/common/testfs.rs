@@ -69,6 +69,10 @@ pub struct TestFs {
     pub early_seen: AtomicBool,
     /// /e* lookups whose caller had the answer before the handler returned.
     pub early_before_return: AtomicU64,
+    /// LOOKUPs of /n* names (answered ENOENT, which the kernel does not cache) over the ring,
+    /// by (queue, name of the thread that answered).
+    pub missing_lookups_by_thread:
+        std::sync::Mutex<std::collections::HashMap<(usize, String), u64>>,
 }
 
 struct Node {
@@ -146,6 +150,17 @@ impl TestFs {
         };
         if request.header.nodeid != ROOT {
             let _ = reply.error(libc::ENOTDIR);
+            return;
+        }
+        if let (Some(b'n'), Some(queue)) = (name.first(), request.queue) {
+            let thread = std::thread::current().name().unwrap_or("").to_string();
+            *self
+                .missing_lookups_by_thread
+                .lock()
+                .unwrap()
+                .entry((queue, thread))
+                .or_default() += 1;
+            let _ = reply.error(libc::ENOENT);
             return;
         }
         if name.first() == Some(&b'e') {

@@ -6,6 +6,7 @@
 //! notifications stay there once the ring carries everything else.
 
 use super::dispatch::{Dispatcher, FuseFilesystem, MAX_WRITE};
+use crate::listings::{with_listing_waits, FILL_WAIT};
 use squashd_fuse_uring::{
     init_offers_uring, Handler, KernelSupport, ReplyWriter, Transport, UringConfig, IN_HEADER_SIZE,
 };
@@ -67,6 +68,12 @@ impl UringMode {
 /// the largest read, resident once used, and a daemon serves dozens of images, so no deeper;
 /// the kernel queues the others of that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 2;
+
+/// Listing requests of one CPU's queue that may wait at once for another opener's fill of
+/// the same directory (squashd-fuse's `listings`): one fewer than the queue's per-CPU entries,
+/// so that a request that ends a fill always finds a free entry on its CPU even without the
+/// idle start's entry (a waiting request holds its entry and thread).
+pub const RING_LISTING_WAITS: u32 = RING_QUEUE_DEPTH - 1;
 
 /// Requests a mount answers over its idle start (one thread and one io_uring holding one entry
 /// of every CPU's queue) before its per-CPU queue threads start. A daemon's idle image (the
@@ -271,7 +278,17 @@ struct RingHandler<F> {
 impl<F: FuseFilesystem> Handler for RingHandler<F> {
     fn handle(&self, request: &squashd_fuse_uring::Request<'_>, reply: &mut dyn ReplyWriter) {
         // The arguments are read where the ring put them (the entry's op_in area and payload).
-        let Some(answer) = self.dispatcher.dispatch_split(request) else {
+        // A thread that holds only this entry may wait in a listing for another opener's fill
+        // (the idle start's thread holds an entry of every CPU: it must not).
+        let dispatched = match request.queue {
+            Some(queue) if request.thread_entries == 1 => {
+                with_listing_waits(queue, RING_LISTING_WAITS, FILL_WAIT, || {
+                    self.dispatcher.dispatch_split(request)
+                })
+            }
+            _ => self.dispatcher.dispatch_split(request),
+        };
+        let Some(answer) = dispatched else {
             // Only FORGET and INTERRUPT take no answer, and they never come over the ring.
             let _ = reply.error(libc::EIO);
             return;

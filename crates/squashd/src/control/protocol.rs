@@ -192,6 +192,10 @@ pub struct ImageStatus {
     /// link (the other answer links them).
     #[serde(default)]
     pub unlinked_listings: u64,
+    /// Of the listings, those that waited (over FUSE over io_uring) for another opener's
+    /// listing of the same directory to fill the kernel's cache, and were then answered short.
+    #[serde(default)]
+    pub waited_listings: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

@@ -88,12 +88,17 @@ impl Probe {
         }
     }
 
-    /// Listing requests, those of them given the short answer, and those given unlinked
-    /// entries (FUSE path only).
-    fn listings(&self) -> (u64, u64, u64) {
+    /// Listing requests, those of them given the short answer, those given unlinked entries,
+    /// and those that waited for another listing's fill (FUSE path only).
+    fn listings(&self) -> (u64, u64, u64, u64) {
         match self {
-            Probe::Fuse(p) => (p.listings(), p.short_listings(), p.unlinked_listings()),
-            Probe::Kernel(_) => (0, 0, 0),
+            Probe::Fuse(p) => (
+                p.listings(),
+                p.short_listings(),
+                p.unlinked_listings(),
+                p.waited_listings(),
+            ),
+            Probe::Kernel(_) => (0, 0, 0, 0),
         }
     }
 
@@ -416,7 +421,8 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ),
     };
     let transport = served.probe.transport();
-    let (listing_requests, short_listings, unlinked_listings) = served.probe.listings();
+    let (listing_requests, short_listings, unlinked_listings, waited_listings) =
+        served.probe.listings();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
@@ -440,6 +446,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         listing_requests,
         short_listings,
         unlinked_listings,
+        waited_listings,
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),

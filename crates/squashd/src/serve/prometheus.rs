@@ -357,6 +357,7 @@ mod tests {
             listing_requests: 0,
             short_listings: 0,
             unlinked_listings: 0,
+            waited_listings: 0,
             bytes_read: 100,
             private_cache: false,
             cache: TierSet::default(),

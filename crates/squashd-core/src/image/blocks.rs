@@ -8,7 +8,8 @@
 //! optionally through the compressed tier, and decompressed by [`crate::compress`].
 //!
 //! These are the hot paths of every read: a cached block is an `Arc` clone; a load allocates
-//! once, at the block's size, for the cache, and decompresses into it; a streaming read allocates nothing once its
+//! once, at the block's size, for the cache, and decompresses into it (or into a block a
+//! whole-file reader handed back, `block_pool`); a streaming read allocates nothing once its
 //! buffers have grown to a block (per-thread scratch buffers hold stored and decompressed bytes
 //! that are not kept).
 

@@ -79,11 +79,6 @@ const REFILL: usize = 8;
 /// stepped through too).
 const DIRS_PER_READ: usize = 8;
 
-/// Batches of files whose image bytes wait to be asked for at most. The thread that asks runs
-/// at the reader's priority (it sleeps in between) so that a batch is asked for before the
-/// workers come to its files; with the queue full, the reader asks itself.
-const IO_QUEUE: usize = 8;
-
 /// Nice levels the workers run below the thread that made them (see the module doc).
 const WORKER_NICENESS: i32 = 3;
 
@@ -196,9 +191,6 @@ pub struct SiblingReadAhead {
     state: Mutex<State>,
     counters: Arc<Counters>,
     workers: Workers<Job>,
-    /// A thread that asks the source for the image bytes of the files queued (see
-    /// [`IO_QUEUE`]).
-    io: Workers<(Image, Vec<InodeId>)>,
 }
 
 impl SiblingReadAhead {
@@ -218,13 +210,6 @@ impl SiblingReadAhead {
                     lower_priority_once();
                     load(job, &counted)
                 },
-            ),
-            io: Workers::new(
-                "image reads ahead of read-ahead across files",
-                |_| "squashd-io".into(),
-                1,
-                IO_QUEUE,
-                |(image, files): (Image, Vec<InodeId>)| prefetch(&image, files.into_iter()),
             ),
         }
     }
@@ -430,7 +415,7 @@ impl SiblingReadAhead {
 
     /// Queues files from the cursor on, into the directories the walk enters next once the
     /// cursor's is done, until the window is full; the image bytes of the files queued are
-    /// asked of the source first (by the `io` thread).
+    /// asked of the source first.
     fn top_up(&self, image: &Image, parents: &ParentDirs, state: &mut State) {
         let Some((mut at, mut next)) = state.cursor.take() else {
             return;
@@ -466,14 +451,9 @@ impl SiblingReadAhead {
         if picked.is_empty() {
             return;
         }
-        // Asked for now, not by a worker when it comes to the file: workers that lag behind (a
-        // busy machine) would ask after the reader has read them itself, waiting for each
-        // block's read. Asked by a thread of its own, off the reader's path: asking costs the
-        // kernel's page-cache allocation for those bytes, a few percent of the reader's time.
-        let files: Vec<InodeId> = picked.iter().map(|p| p.2).collect();
-        if !self.io.offer((image.clone(), files.clone())) {
-            prefetch(image, files.into_iter());
-        }
+        // Asked for here, not by a worker: workers that lag behind (a busy machine) would ask
+        // for them after the reader has read them itself, waiting for each block's read.
+        prefetch(image, picked.iter().map(|p| p.2));
         for (dir, index, id) in picked {
             let dir_id = passed_through[dir].id;
             let ticket = state.next_ticket;

@@ -180,37 +180,3 @@ def test_read_ahead_workers_run_below_the_reader(images):
     assert own + 3 in niced, (own, niced)
     assert all(n in (own, own + 3) for n in niced), (own, niced)
     assert os.getpriority(os.PRIO_PROCESS, 0) == own, "the reading thread is left as it was"
-
-
-def test_image_bytes_of_the_files_queued_are_asked_for_off_the_readers_thread(images, trees):
-    """The reader queues the next files; a thread of its own (at the reader's priority) asks the
-    source for their image bytes, so that the kernel's page-cache allocation for them is not
-    the reader's time."""
-    source = trees.get("plain")
-    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
-        names, first = _read_in_order(image, "small")
-        assert first == (source / "small" / names[0]).read_bytes()
-        deadline = time.monotonic() + 20
-        while True:
-            asking = []
-            for task in Path("/proc/self/task").iterdir():
-                try:
-                    if (task / "comm").read_text().strip() == "squashd-io":
-                        asking.append(task)
-                except FileNotFoundError:
-                    continue
-            if asking:
-                break
-            assert time.monotonic() < deadline, "no squashd-io thread"
-            time.sleep(0.01)
-        for name in names[1:]:
-            assert image.read_bytes(f"small/{name}") == (source / "small" / name).read_bytes()
-        # At the reader's priority, not the workers' (an earlier image's thread, still being
-        # joined, may be listed too: it was made the same way).
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        for task in asking:
-            try:
-                stat = (task / "stat").read_text()
-            except FileNotFoundError:
-                continue
-            assert int(stat[stat.rindex(")") + 2:].split()[16]) == own, (task, own)

@@ -43,6 +43,25 @@ def test_the_next_files_of_a_directory_are_read_ahead(images, trees):
     assert after["hits"] - before["hits"] >= len(names) - 1
 
 
+def test_blocks_read_ahead_leave_the_data_cache_when_their_file_is_read_whole(images, trees):
+    source = trees.get("plain")
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+        names, _ = _read_in_order(image, "small")
+        _wait_for(image, "files", len(names) - 1)
+        before = image.stats()["cache"]["data"]
+        assert before["entries"] >= len(names) - 1 - image.stats()["files_read_ahead"]["passed"]
+        for name in names[1:]:
+            assert image.read_bytes(f"small/{name}") == (source / "small" / name).read_bytes()
+        after = image.stats()["cache"]["data"]
+    # Each file's block was copied out and dropped: the cache keeps room for blocks that are
+    # shared (fragment blocks) rather than blocks no one reads again. That is not counted as
+    # evicting them, and none was decompressed again.
+    assert after["entries"] == 0, (before, after)
+    assert after["resident_bytes"] == 0, (before, after)
+    assert after["evictions"] == before["evictions"], (before, after)
+    assert after["loads"] == before["loads"], (before, after)
+
+
 def test_without_read_ahead_the_reader_decompresses_every_file(images):
     with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=0) as image:
         names, _ = _read_in_order(image, "small")

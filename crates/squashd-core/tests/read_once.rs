@@ -163,3 +163,53 @@ fn read_once_does_not_fill_the_data_cache() {
     assert_eq!(stats.data.loads, 8, "{stats:?}");
     assert_eq!(stats.data.hits, 4, "{stats:?}");
 }
+
+#[test]
+fn read_once_takes_cached_blocks_out_and_their_buffers_hold_the_next_blocks_loaded() {
+    if !testkit::have_squashfs_tools() {
+        testkit::skip("mksquashfs and unsquashfs are not installed");
+        return;
+    }
+    // Two files of four full blocks each, with different bytes: `g`'s blocks are loaded into
+    // the buffers `f`'s blocks leave behind, which must then hold `g`'s bytes, not `f`'s.
+    let dir = tempfile::tempdir().unwrap();
+    let f: Vec<u8> = (0..4 * 131072u32).map(|i| (i * 7 / 3) as u8).collect();
+    let g: Vec<u8> = (0..4 * 131072u32).map(|i| (i / 5 + i % 11) as u8).collect();
+    let path = testkit::image_of_files(dir.path(), &[("f", &f), ("g", &g)], &["-comp", "zstd"]);
+    let image = Image::open(&path, &OpenOptions::default()).unwrap();
+    let open = |name: &[u8]| image.open_file(&image.resolve_path(name).unwrap()).unwrap();
+    let (reader_f, reader_g) = (open(b"f"), open(b"g"));
+    let mut got = vec![0u8; f.len()];
+    // Read ahead, as a worker would: through the cache.
+    assert_eq!(reader_f.read_at(0, &mut got).unwrap(), f.len());
+    assert_eq!(image.stats().data.entries, 4);
+    got.fill(0);
+    assert_eq!(reader_f.read_once_at(0, &mut got).unwrap(), f.len());
+    assert!(got == f);
+    let stats = image.stats();
+    assert_eq!(
+        stats.data.entries, 0,
+        "blocks read once still cached: {stats:?}"
+    );
+    assert_eq!((stats.data.loads, stats.data.hits), (4, 4), "{stats:?}");
+    assert_eq!(
+        stats.data.evictions, 0,
+        "taken out is not evicted: {stats:?}"
+    );
+    // `g` through the cache, into `f`'s old buffers; then again from the cache.
+    for round in 0..2 {
+        got.fill(0);
+        assert_eq!(reader_g.read_at(0, &mut got).unwrap(), g.len());
+        assert!(got == g, "round {round}: g's bytes differ");
+    }
+    for (index, chunk) in g.chunks(131072).enumerate() {
+        assert!(reader_g.chunk_cached(index as u64));
+        let mut block = vec![0u8; chunk.len()];
+        reader_g.read_at(index as u64 * 131072, &mut block).unwrap();
+        assert!(block == chunk, "block {index} of g differs");
+    }
+    // And `f` again, decompressed straight into the caller's buffer.
+    got.fill(0);
+    assert_eq!(reader_f.read_once_at(0, &mut got).unwrap(), f.len());
+    assert!(got == f);
+}

@@ -368,6 +368,19 @@ impl<V: CacheValue> BlockCache<V> {
         stats
     }
 
+    /// Drops `key`'s value if the cache holds it, for a reader that has taken its bytes and for
+    /// which it was loaded (a block read ahead for a whole-file read): it would otherwise hold
+    /// the room of blocks others come back to (fragment blocks, shared by many files) until it
+    /// is evicted, and new blocks would take fresh memory rather than its. Counted as
+    /// [`BlockCache::clear`]'s drops are, not as an eviction.
+    pub fn remove(&self, key: &BlockKey) {
+        if let Some(c) = &self.cache {
+            if c.remove(key).is_some() {
+                self.cleared.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Drops every value of image `image` (when it is closed: its blocks would only take room).
     pub fn forget_image(&self, image: u32) {
         if let Some(c) = &self.cache {

@@ -8,7 +8,8 @@
 //! optionally through the compressed tier, and decompressed by [`crate::compress`].
 //!
 //! These are the hot paths of every read: a cached block is an `Arc` clone; a load allocates
-//! once, at the block's size, for the cache, and decompresses into it; a streaming read allocates nothing once its
+//! once, at the block's size, for the cache, and decompresses into it (or into a block a
+//! whole-file reader handed back, `block_pool`); a streaming read allocates nothing once its
 //! buffers have grown to a block (per-thread scratch buffers hold stored and decompressed bytes
 //! that are not kept).
 
@@ -184,7 +185,31 @@ impl ImageInner {
     /// last block) is then allocated and written once, where decompressing into a zeroed
     /// allocation of `max_len` had to zero it, and copy it again at its size; a full block
     /// costs a copy where it cost zeroing.
+    ///
+    /// A buffer a whole-file reader handed back (`block_pool`) is decompressed into in place
+    /// instead: a full block is then cached with no copy and no fresh memory.
     fn decompress_for_cache(&self, pos: u64, raw: &[u8], max_len: usize) -> Result<Arc<[u8]>> {
+        if max_len == self.block_pool.block_len() {
+            if let Some(mut block) = self.block_pool.take() {
+                if let Some(out) = Arc::get_mut(&mut block) {
+                    let result = decompress(self.superblock.compressor, raw, out)
+                        .map_err(|e| self.corrupt(pos, format!("data block: {e}")));
+                    return match result {
+                        Ok(n) if n == out.len() => Ok(block),
+                        Ok(n) => {
+                            // A file's last block, or a fragment block: kept at its size.
+                            let short = Arc::from(out.get(..n).unwrap_or_default());
+                            self.block_pool.give(block);
+                            Ok(short)
+                        }
+                        Err(e) => {
+                            self.block_pool.give(block);
+                            Err(e)
+                        }
+                    };
+                }
+            }
+        }
         let mut out =
             SCRATCH.with(|scratch| std::mem::take(&mut scratch.borrow_mut().decompressed));
         let result = self
@@ -236,8 +261,10 @@ impl ImageInner {
     /// block's bytes must be (its chunk of the file), without caching it: for a reader that
     /// reads a range once into a buffer of its own. A block the data cache holds, or that
     /// another reader is loading into it (then waited for), is returned instead and `out` is
-    /// left as it was. A block that decompresses to any other length than `out.len()` is
-    /// corrupt.
+    /// left as it was; it is then dropped from the cache, since its reader has come (it was
+    /// read ahead for this read; a walk that reads every file would otherwise fill the cache
+    /// with blocks read once, evicting the fragment blocks that the next files share). A block
+    /// that decompresses to any other length than `out.len()` is corrupt.
     pub(crate) fn data_block_to_slice(
         &self,
         pos: u64,
@@ -278,7 +305,10 @@ impl ImageInner {
                     Ok(((), n as u64))
                 })?;
         Ok(match found {
-            Cached::Held(block) => Some(block),
+            Cached::Held(block) => {
+                self.caches.data.remove(&key);
+                Some(block)
+            }
             Cached::Elsewhere(()) => None,
         })
     }

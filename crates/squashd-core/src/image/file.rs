@@ -394,9 +394,10 @@ impl FileReader {
     /// each data block that `buf` takes whole and that the data cache does not hold is
     /// decompressed straight into `buf` and not cached, so it is neither decompressed into the
     /// cache and copied out nor evicts what other readers use. A block the cache holds (read
-    /// ahead, or read by another reader), one being loaded into it, a block `buf` takes
+    /// ahead, or read by another reader), or one being loaded into it, is copied and then
+    /// dropped from the cache: read ahead for this read, it is done with. A block `buf` takes
     /// part of, and the tail end (its fragment block is shared with other files) come through
-    /// the cache and are copied. Returns how many bytes were read (0 at the end).
+    /// the cache, are copied and stay. Returns how many bytes were read (0 at the end).
     pub fn read_once_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.read_range(offset, buf, true)
     }
@@ -425,6 +426,8 @@ impl FileReader {
                         {
                             self.check_block_len(index, block.start, data.len(), len)?;
                             out.copy_from_slice(&data);
+                            // Dropped from the cache: its buffer takes the next block loaded.
+                            inner.block_pool.give(data);
                         }
                         pos += len as u64;
                         continue;

@@ -4,6 +4,7 @@
 //! and the compressor options only; tables are loaded on first use and their entries are read
 //! through the metadata cache, so nothing at open grows with the number of files.
 
+mod block_pool;
 mod blocks;
 mod caches;
 mod dir;
@@ -118,6 +119,8 @@ pub(crate) struct ImageInner {
     reads: AtomicU64,
     counters: ImageCounters,
     read_ahead: Arc<ReadAheadCounters>,
+    /// Data-block buffers whole-file readers are done with, for the next loads.
+    block_pool: block_pool::BlockPool,
     ids: OnceLock<Vec<u32>>,
     fragment_index: OnceLock<Vec<u64>>,
     export_index: OnceLock<Vec<u64>>,
@@ -199,6 +202,7 @@ impl Image {
             })?;
         let superblock = Superblock::parse(&raw, image_len)
             .map_err(|e| format_error(&name, options.offset, 0, e))?;
+        let block_pool = block_pool::BlockPool::new(superblock.block_size as usize);
         let mut inner = ImageInner {
             name,
             source,
@@ -211,6 +215,7 @@ impl Image {
             reads: AtomicU64::new(1),
             counters: ImageCounters::default(),
             read_ahead: Arc::default(),
+            block_pool,
             ids: OnceLock::new(),
             fragment_index: OnceLock::new(),
             export_index: OnceLock::new(),

@@ -93,7 +93,8 @@ pub struct BlobReadStats {
     pub blob_reads: u64,
     /// Of them, those EROFS made to fill a block (the rest are readers' page-cache misses).
     pub fill_reads: u64,
-    /// Blocks whose rest EROFS was asked to read after a random read of part of them.
+    /// Blocks EROFS was asked to read whole: the rest of those a random read took part of, and
+    /// those decompressed beside it by the sweep.
     pub fills: u64,
     /// Bytes those fills asked for (pages EROFS already had are not read again).
     pub filled_bytes: u64,

@@ -310,7 +310,8 @@ pub struct TranslationStatus {
     /// Of them, those EROFS made to fill whole blocks (the rest are readers' misses).
     #[serde(default)]
     pub fill_reads: u64,
-    /// Blocks filled whole into EROFS's page cache after a random read of part of them.
+    /// Blocks filled whole into EROFS's page cache: the rest of those a random read took part
+    /// of, and those decompressed beside it by the sweep.
     #[serde(default)]
     pub fills: u64,
     /// Bytes those fills asked for.

@@ -137,7 +137,13 @@ impl Blob {
         let window = read_ahead.bytes / u64::from(image.block_size().max(1));
         let reading = layout.files.iter().map(|_| ReadState::default()).collect();
         let sweeps = layout.files.iter().map(|_| SweepState::default()).collect();
-        let sweep = RandomSweep::new(read_ahead.threads > 0 && window > 0);
+        // A block per core per miss, not one less as on the FUSE path: here the reader's miss is
+        // decompressed by a request thread while the reader waits, and a swept block reaches
+        // EROFS only at the reader's next miss. Measured, three passes of fio's random map:
+        // 113-114k IOPS against 97-104k with one less, 23% fewer misses; the FUSE path gained
+        // nothing (bench/results/2026-11-27-readpath-s9.md).
+        let sweep = RandomSweep::new(read_ahead.threads > 0 && window > 0)
+            .with_per_miss(squashd_core::cores() as u64);
         Blob {
             image,
             layout,

@@ -96,22 +96,9 @@ fn list_to_the_end(fs: &SquashFs, node: INodeNo) -> Vec<Vec<u8>> {
 
 #[test]
 fn duplicates_of_a_fill_are_unlinked_and_once_its_end_was_answered_they_get_one_entry() {
-    if !testkit::have_squashfs_tools() {
-        println!("SKIPPED: mksquashfs not installed");
+    let Some((fs, big)) = big_directory() else {
         return;
-    }
-    let built = Built::new(&TreeOptions {
-        many_entries: 1000,
-        ..TreeOptions::default()
-    });
-    let image = Image::open(
-        built.image("gzip", &["-comp", "gzip"]),
-        &OpenOptions::default(),
-    )
-    .unwrap();
-    let fs = SquashFs::new(image, &MountConfig::default()).unwrap();
-    fs.set_no_opendir(true);
-    let big = fs.lookup(ROOT, OsStr::new("big")).unwrap().attr.ino;
+    };
     let probe = fs.probe();
 
     // While the first opener's fill is under way, a second opener from 0 gets a full answer:

@@ -301,15 +301,11 @@ impl Blob {
                 part.chunk.len() as u64,
             );
             // The blocks of this file swept since the last miss, on the same descriptor.
-            ready
-                .get_or_insert_with(|| self.swept.take_ready())
-                .retain(|&(f, c)| {
-                    let this_file = f == part.file;
-                    if this_file {
-                        Self::hand_over(&fill, file, c, bs);
-                    }
-                    !this_file
-                });
+            let swept_ready = ready.get_or_insert_with(|| self.swept.take_ready());
+            for &(_, c) in swept_ready.iter().filter(|b| b.0 == part.file) {
+                Self::hand_over(&fill, file, c, bs);
+            }
+            swept_ready.retain(|b| b.0 != part.file);
             let Ok(reader) = self.reader(part.file, file) else {
                 continue;
             };
@@ -349,11 +345,7 @@ impl Blob {
     fn hand_over(fill: &FillFile<'_>, file: &BlobFile, c: u64, bs: u64) {
         let (offset, len) = (c * bs, bs.min(file.size.saturating_sub(c * bs)));
         if len > 0 && !fill.holds(offset, len) {
-            fill.fill(
-                (file.start_block * BLOB_BLOCK + offset) / BLOB_BLOCK,
-                offset,
-                len,
-            );
+            fill.fill(file.start_block + offset / BLOB_BLOCK, offset, len);
         }
     }
 

@@ -164,11 +164,7 @@ impl FileReader {
     /// The bytes of chunk `index` (the file's block-size-aligned piece `index`), decompressed
     /// through the data cache: a full block, the last partial block, or the tail end.
     pub fn chunk(&self, index: u64) -> Result<Chunk> {
-        match self.chunk_through_cache(index, Fetch::Wait)? {
-            Some(chunk) => Ok(chunk),
-            // Unreachable: a load that waits always gives the block.
-            None => Err(self.image.inner.corrupt(0, "data block load gave nothing")),
-        }
+        self.chunk_waiting(index, Fetch::Wait)
     }
 
     /// [`FileReader::chunk`] for a read that repeats a use of the block just made: the kernel
@@ -178,8 +174,15 @@ impl FileReader {
     /// touched "hot", so that the cache kept the blocks read last, in order: fio's random map
     /// visits the blocks in the same order every pass, and found none of them still cached.
     pub fn chunk_again(&self, index: u64) -> Result<Chunk> {
-        match self.chunk_through_cache(index, Fetch::Again)? {
+        self.chunk_waiting(index, Fetch::Again)
+    }
+
+    /// [`FileReader::chunk_through_cache`] for a `fetch` that waits for loads, which always
+    /// gives the block.
+    fn chunk_waiting(&self, index: u64, fetch: Fetch) -> Result<Chunk> {
+        match self.chunk_through_cache(index, fetch)? {
             Some(chunk) => Ok(chunk),
+            // Unreachable: a load that waits always gives the block.
             None => Err(self.image.inner.corrupt(0, "data block load gave nothing")),
         }
     }

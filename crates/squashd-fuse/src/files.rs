@@ -15,10 +15,16 @@ use crate::tree::ServedTree;
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags};
 use squashd_core::read_ahead::{CpuGauge, ReadAheadPool, ReadState};
 use squashd_core::{Chunk, FileReader};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Read-ahead jobs waiting, at most (beyond, readers decompress their blocks themselves).
 const READ_AHEAD_QUEUE: usize = 64;
+
+/// Files read without an open (no-open), whose readers and read-ahead state are kept, at most.
+/// Past it the least recently read lose theirs: the next read opens the file again and its
+/// read-ahead starts over, nothing worse.
+const UNOPENED_READERS: usize = 4096;
 
 struct OpenFile {
     reader: FileReader,
@@ -29,6 +35,11 @@ struct OpenFile {
 /// The files open through the mount, and the workers that serve their readers.
 pub(crate) struct OpenFiles {
     handles: HandleTable<OpenFile>,
+    /// The kernel opens files without asking (FUSE_NO_OPEN_SUPPORT, [`OpenFiles::set_no_open`]):
+    /// no OPEN, FLUSH or RELEASE round trip per `open`/`close`, and reads name no handle.
+    no_open: AtomicBool,
+    /// Under no-open, each file's reader by node, made at its first read.
+    unopened: quick_cache::sync::Cache<u64, Arc<OpenFile>>,
     read_ahead: ReadAheadPool,
     /// Hands whole blocks of small reads to the kernel's page cache.
     page_store: PageStore,
@@ -115,6 +126,8 @@ impl OpenFiles {
         );
         OpenFiles {
             handles: HandleTable::new(),
+            no_open: AtomicBool::new(false),
+            unopened: quick_cache::sync::Cache::new(UNOPENED_READERS),
             read_ahead: ReadAheadPool::with_gauge(
                 read_ahead_threads,
                 window,
@@ -141,26 +154,46 @@ impl OpenFiles {
         self.handles.len()
     }
 
+    /// Whether to answer OPEN with ENOSYS, which makes the kernel stop sending OPEN and
+    /// RELEASE for good (it must have offered FUSE_NO_OPEN_SUPPORT): reads then come without a
+    /// handle and find their file's reader by node.
+    pub(crate) fn set_no_open(&self, no_open: bool) {
+        self.no_open.store(no_open, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel was told to open files without asking.
+    pub(crate) fn no_open(&self) -> bool {
+        self.no_open.load(Ordering::Relaxed)
+    }
+
+    fn open_reader(&self, tree: &ServedTree, node: INodeNo) -> FsResult<OpenFile> {
+        let inode = tree.inode(node)?;
+        if inode.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        let reader = tree.image().open_file(&inode).map_err(|e| tree.error(e))?;
+        Ok(OpenFile {
+            reader,
+            reading: ReadState::default(),
+            sweep: FileSweep::default(),
+        })
+    }
+
     pub(crate) fn open(
         &self,
         tree: &ServedTree,
         node: INodeNo,
         flags: OpenFlags,
     ) -> FsResult<Opened> {
+        if self.no_open() {
+            return Err(Errno::ENOSYS.into());
+        }
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return Err(Errno::EROFS.into());
         }
-        let inode = tree.inode(node)?;
-        if inode.is_dir() {
-            return Err(Errno::EISDIR.into());
-        }
-        let reader = tree.image().open_file(&inode).map_err(|e| tree.error(e))?;
+        let file = self.open_reader(tree, node)?;
         tree.probe().opened();
-        let fh = self.handles.insert(OpenFile {
-            reader,
-            reading: ReadState::default(),
-            sweep: FileSweep::default(),
-        });
+        let fh = self.handles.insert(file);
         // The image never changes: what the kernel cached of the file stays valid.
         Ok(Opened {
             fh: FileHandle(fh),
@@ -176,8 +209,11 @@ impl OpenFiles {
         offset: u64,
         size: u32,
     ) -> FsResult<FileData<'_>> {
-        let Some(file) = self.handles.get(fh.0) else {
-            return Err(Errno::EBADF.into());
+        let file = if fh.0 == 0 && self.no_open() {
+            self.unopened
+                .get_or_insert_with(&node.0, || self.open_reader(tree, node).map(Arc::new))?
+        } else {
+            self.handles.get(fh.0).ok_or(Errno::EBADF)?
         };
         let reader = &file.reader;
         let file_size = reader.size();

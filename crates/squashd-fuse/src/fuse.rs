@@ -85,6 +85,11 @@ impl FuseFilesystem for FuseAdapter {
             | init_flags::NO_OPENDIR_SUPPORT;
         self.fs
             .set_no_opendir(kernel.offers(init_flags::NO_OPENDIR_SUPPORT));
+        // Under allow_root the daemon must see each open to refuse other users (the kernel
+        // lets every user through), so only other mounts open files without asking.
+        self.fs.set_no_open(
+            kernel.offers(init_flags::NO_OPEN_SUPPORT) && self.owner_and_root_only.is_none(),
+        );
         InitSettings {
             flags,
             max_readahead: kernel.max_readahead,

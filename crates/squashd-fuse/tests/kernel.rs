@@ -8,7 +8,7 @@
 
 use squashd_core::{Image, OpenOptions};
 use squashd_fuse::server::UringMode;
-use squashd_fuse::{MountConfig, MountOwner, MountedImage, Unmounter};
+use squashd_fuse::{MountConfig, MountOwner, MountProbe, MountedImage, Unmounter};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -18,6 +18,7 @@ use testkit::uring::Transport;
 
 /// Unmounts (lazily) when dropped, so that a failed assertion leaves no mount behind.
 struct Mounted {
+    probe: MountProbe,
     unmounter: Unmounter,
     server: Option<std::thread::JoinHandle<std::io::Result<()>>>,
 }
@@ -49,6 +50,7 @@ fn mount(image: &Path, mnt: &Path, config: &MountConfig, transport: &Transport) 
     let unmounter = mounted.unmounter();
     let server = std::thread::spawn(move || mounted.run());
     let guard = Mounted {
+        probe: probe.clone(),
         unmounter,
         server: Some(server),
     };
@@ -229,6 +231,33 @@ fn a_mount_made_for_a_user_admits_that_user_alone() {
         assert!(reads_as(65533, &public), "another user, allow_other");
         assert!(!reads_as(65533, &mnt.join("private")), "0600, allow_other");
         assert!(fs::read(&public).is_ok(), "root, allow_other");
+    }
+}
+
+/// The kernel opens and closes files without asking the daemon (no-open, and no FLUSH after
+/// the first is refused): reading a file whose pages it holds, again and again, costs no request.
+#[test]
+fn opening_and_closing_a_cached_file_costs_no_request() {
+    if !testkit::can_mount() {
+        return;
+    }
+    for transport in testkit::uring::transports() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = image(dir.path());
+        let mnt = dir.path().join("mnt");
+        let m = mount(&image, &mnt, &MountConfig::default(), &transport);
+        let public = mnt.join("public");
+        let want = fs::read(dir.path().join("src/public")).unwrap();
+        assert_eq!(fs::read(&public).unwrap(), want, "first read");
+        let before = m.probe.requests();
+        for _ in 0..20 {
+            assert_eq!(fs::read(&public).unwrap(), want);
+        }
+        let asked = m.probe.requests() - before;
+        assert!(
+            asked < 5,
+            "{transport:?}: {asked} requests for 20 reads of a cached file"
+        );
     }
 }
 

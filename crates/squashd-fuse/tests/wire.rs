@@ -398,3 +398,74 @@ fn getxattr_size_query_and_statfs() {
     assert_eq!(errno, 0);
     assert_eq!(body.len(), std::mem::size_of::<abi::GetxattrOut>());
 }
+
+/// The node of the fixture's `one/only`, looked up.
+fn only_node(d: &Dispatcher<FuseAdapter>) -> u64 {
+    let (_, dir) = lookup(d, ROOT, "one");
+    let (_, entry) = lookup(d, dir.unwrap().nodeid, "only");
+    entry.unwrap().nodeid
+}
+
+/// OPEN as one node's first request in no-open: ENOSYS, or the handle it answers.
+fn open_errno(d: &Dispatcher<FuseAdapter>, node: u64) -> (i32, Option<abi::OpenOut>) {
+    let open = abi::OpenIn {
+        flags: libc::O_RDONLY as u32,
+        open_flags: 0,
+    };
+    let (errno, body) = answer(d, &request(opcode::OPEN, 40, node, 0, open.as_bytes()));
+    (errno, abi::OpenOut::read_from_bytes(&body).ok())
+}
+
+/// A kernel offering FUSE_NO_OPEN_SUPPORT is told ENOSYS at OPEN (and at FLUSH), after which it
+/// opens and closes files without a round trip; reads then name no handle and get the file's
+/// bytes by node. Under allow_root every open still comes to the daemon, which must refuse
+/// other users there, and a kernel that did not offer it gets handles as before.
+#[test]
+fn no_open_offered_opens_and_closes_without_asking_and_reads_by_node() {
+    let Some(f) = fixture(None) else { return };
+    let d = &f.dispatcher;
+    init(d, init_flags::INIT_EXT | init_flags::NO_OPEN_SUPPORT);
+    let source = std::fs::read(f.built.src.join("one/only")).unwrap();
+    let node = only_node(d);
+    assert_eq!(open_errno(d, node).0, libc::ENOSYS, "OPEN");
+    for offset in [0, 5] {
+        let (errno, data) = answer(
+            d,
+            &request(opcode::READ, 41, node, 0, &read_in(0, offset, 1 << 20)),
+        );
+        assert_eq!(errno, 0);
+        assert_eq!(data, source[offset as usize..], "read at {offset}");
+    }
+    let flush = abi::FlushIn {
+        fh: 0,
+        unused: 0,
+        padding: 0,
+        lock_owner: 0,
+    };
+    let (errno, _) = answer(d, &request(opcode::FLUSH, 42, node, 0, flush.as_bytes()));
+    assert_eq!(errno, libc::ENOSYS, "FLUSH");
+    assert_eq!(d.fs().fs().open_handles(), 0);
+    // A handle that was never given is still refused.
+    let (errno, _) = answer(
+        d,
+        &request(opcode::READ, 43, node, 0, &read_in(77, 0, 4096)),
+    );
+    assert_eq!(errno, libc::EBADF);
+
+    let Some(owned) = fixture(Some(1000)) else {
+        return;
+    };
+    init(
+        &owned.dispatcher,
+        init_flags::INIT_EXT | init_flags::NO_OPEN_SUPPORT,
+    );
+    let (errno, opened) = open_errno(&owned.dispatcher, only_node(&owned.dispatcher));
+    assert_eq!(errno, 0, "allow_root: every open is asked");
+    assert_ne!(opened.unwrap().fh, 0);
+
+    let Some(old) = fixture(None) else { return };
+    init(&old.dispatcher, init_flags::INIT_EXT);
+    let (errno, opened) = open_errno(&old.dispatcher, only_node(&old.dispatcher));
+    assert_eq!(errno, 0, "not offered: a handle");
+    assert_ne!(opened.unwrap().fh, 0);
+}

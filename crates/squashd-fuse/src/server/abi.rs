@@ -103,6 +103,8 @@ pub mod init_flags {
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const ASYNC_DIO: u64 = 1 << 15;
+    /// Offered by the kernel: it takes ENOSYS from OPEN as "open without asking".
+    pub const NO_OPEN_SUPPORT: u64 = 1 << 17;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;

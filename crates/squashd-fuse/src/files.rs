@@ -21,10 +21,23 @@ use std::sync::{Arc, OnceLock};
 /// Read-ahead jobs waiting, at most (beyond, readers decompress their blocks themselves).
 const READ_AHEAD_QUEUE: usize = 64;
 
-/// Files read without an open (no-open), whose readers and read-ahead state are kept, at most.
-/// Past it the least recently read lose theirs: the next read opens the file again and its
-/// read-ahead starts over, nothing worse.
+/// Bytes of readers (their block lists) kept for files read without an open (no-open). Past
+/// it the least recently read lose theirs: the next read opens the file again and its
+/// read-ahead starts over, nothing worse. 16 MiB holds the block lists of ~80 GiB of files.
+const UNOPENED_READERS_BYTES: u64 = 16 << 20;
+
+/// Files expected in [`UNOPENED_READERS_BYTES`] (quick_cache sizes its tables from it).
 const UNOPENED_READERS: usize = 4096;
+
+/// Weighs a kept reader by the memory it holds.
+#[derive(Clone, Copy)]
+struct ReaderFootprint;
+
+impl quick_cache::Weighter<u64, Arc<OpenFile>> for ReaderFootprint {
+    fn weight(&self, _node: &u64, file: &Arc<OpenFile>) -> u64 {
+        file.reader.footprint()
+    }
+}
 
 struct OpenFile {
     reader: FileReader,
@@ -39,7 +52,7 @@ pub(crate) struct OpenFiles {
     /// no OPEN, FLUSH or RELEASE round trip per `open`/`close`, and reads name no handle.
     no_open: AtomicBool,
     /// Under no-open, each file's reader by node, made at its first read.
-    unopened: quick_cache::sync::Cache<u64, Arc<OpenFile>>,
+    unopened: quick_cache::sync::Cache<u64, Arc<OpenFile>, ReaderFootprint>,
     read_ahead: ReadAheadPool,
     /// Hands whole blocks of small reads to the kernel's page cache.
     page_store: PageStore,
@@ -127,7 +140,11 @@ impl OpenFiles {
         OpenFiles {
             handles: HandleTable::new(),
             no_open: AtomicBool::new(false),
-            unopened: quick_cache::sync::Cache::new(UNOPENED_READERS),
+            unopened: quick_cache::sync::Cache::with_weighter(
+                UNOPENED_READERS,
+                UNOPENED_READERS_BYTES,
+                ReaderFootprint,
+            ),
             read_ahead: ReadAheadPool::with_gauge(
                 read_ahead_threads,
                 window,

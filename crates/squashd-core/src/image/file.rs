@@ -151,6 +151,13 @@ impl FileReader {
         self.body.file_size
     }
 
+    /// Bytes this reader holds beyond the image it shares: its list of stored blocks (for
+    /// callers that keep many readers and must bound them).
+    pub fn footprint(&self) -> u64 {
+        (std::mem::size_of::<Self>()
+            + self.blocks.stored.len() * std::mem::size_of::<StoredBlock>()) as u64
+    }
+
     /// The image's block size: the unit in which the file is stored and cached.
     pub fn block_size(&self) -> u32 {
         self.image.inner.superblock.block_size

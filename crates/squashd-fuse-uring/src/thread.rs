@@ -116,6 +116,11 @@ impl QueueLayout {
         self.cpu.filter(|_| self.index == 0)
     }
 
+    /// Whether this is the idle start's thread (pinned to no CPU, an entry of every queue).
+    pub(crate) fn is_idle_start(&self) -> bool {
+        self.cpu.is_none()
+    }
+
     /// The kernel queue (CPU) of each of the thread's entries.
     pub(crate) fn entry_qids(&self) -> &[u16] {
         &self.entry_qids

@@ -40,8 +40,11 @@ pub(crate) struct Queue {
     label: String,
     /// The kernel queue (CPU) of each entry.
     entry_qids: Vec<u16>,
-    /// Whether this is the idle start's thread (counted apart in the stats).
+    /// Whether this is the idle start's thread (entries of every CPU's queue; it follows its
+    /// requests' CPUs, and is counted apart in the stats).
     idle_start: bool,
+    /// The CPU the idle start's thread pinned itself to last.
+    pinned_to: Option<u16>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
     /// commands carry its number, not a reference).
     _dev_fuse_owner: Arc<OwnedFd>,
@@ -99,6 +102,7 @@ impl Queue {
             label,
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
+            pinned_to: None,
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
@@ -351,6 +355,16 @@ impl Queue {
         };
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
         let idle_start = self.idle_start;
+        if idle_start && self.pinned_to != Some(qid) {
+            // Answer on the requester's CPU (the queue's): its wake-up then stays on that CPU.
+            // Left to the scheduler, this thread answered whole walks from the other CPU, and
+            // kept them: an answer from afar frees the entry before the requester wakes, so the
+            // requester's next request finds this entry first again (bench/results/
+            // 2026-11-27-ring-s10.md). One system call when the requests' CPU changes; a
+            // lone requester's requests stay on one CPU for thousands of requests.
+            crate::thread::pin_to_cpu(usize::from(qid));
+            self.pinned_to = Some(qid);
+        }
         let entries_held = self.entry_count();
         let label = &self.label;
         let ring = &mut self.ring;

@@ -191,8 +191,8 @@ impl Transport {
     /// io_uring and entries of
     /// `config.payload_size` bytes, and with `handler` to answer requests: `config.queue_depth`
     /// threads per CPU with one entry of its queue each or, for an idle start
-    /// ([`UringConfig::per_cpu_after`]), one unpinned thread with one entry of every CPU's
-    /// queue, which starts the per-CPU threads once busy. `config.payload_size` must be at least
+    /// ([`UringConfig::per_cpu_after`]), one thread with one entry of every CPU's queue (it
+    /// follows its requests' CPUs), which starts the per-CPU threads once busy. `config.payload_size` must be at least
     /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
     /// INIT reply must not accept `FUSE_OVER_IO_URING`.
     ///

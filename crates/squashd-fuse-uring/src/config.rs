@@ -21,9 +21,10 @@ pub struct UringConfig {
     /// one has an entry, so this must be [`possible_cpus`].
     pub cpus: usize,
     /// How the transport starts. `None`: `queue_depth` threads per CPU at once, each with one
-    /// entry of that CPU's queue, the first pinned to it. `Some(n)`: an idle start, for a mount that
-    /// may stay idle (a daemon's dozens of images): one unpinned thread with one io_uring holds
-    /// one entry of every CPU's queue (the kernel's minimum for using the ring at all), and the
+    /// entry of that CPU's queue, all pinned to it. `Some(n)`: an idle start, for a mount that
+    /// may stay idle (a daemon's dozens of images): one thread with one io_uring holds one entry
+    /// of every CPU's queue (the kernel's minimum for using the ring at all; the thread pins
+    /// itself to each request's CPU as it answers), and the
     /// per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
     /// queue by the requester's CPU, not by the thread that registered its entries
     /// (`fuse_uring_task_to_queue` in `fs/fuse/dev_uring.c`), so one thread can serve them all.

@@ -40,6 +40,11 @@ pub(crate) struct Queue {
     label: String,
     /// The kernel queue (CPU) of each entry.
     entry_qids: Vec<u16>,
+    /// Whether this is the idle start's thread (entries of every CPU's queue; it follows its
+    /// requests' CPUs, and is counted apart in the stats).
+    idle_start: bool,
+    /// The CPU the idle start's thread pinned itself to last.
+    pinned_to: Option<u16>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
     /// commands carry its number, not a reference).
     _dev_fuse_owner: Arc<OwnedFd>,
@@ -96,6 +101,8 @@ impl Queue {
         Ok(Queue {
             label,
             entry_qids: layout.entry_qids().to_vec(),
+            idle_start: layout.is_idle_start(),
+            pinned_to: None,
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
@@ -347,14 +354,28 @@ impl Queue {
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
+        let idle_start = self.idle_start;
+        if idle_start && self.pinned_to != Some(qid) {
+            // Answer on the requester's CPU (the queue's): its wake-up then stays on that CPU.
+            // Left to the scheduler, this thread answered whole walks from the other CPU, and
+            // kept them: an answer from afar frees the entry before the requester wakes, so the
+            // requester's next request finds this entry first again (bench/results/
+            // 2026-11-27-ring-s10.md). One system call when the requests' CPU changes; a
+            // lone requester's requests stay on one CPU for thousands of requests.
+            crate::thread::pin_to_cpu(usize::from(qid));
+            self.pinned_to = Some(qid);
+        }
         let entries_held = self.entry_count();
         let label = &self.label;
         let ring = &mut self.ring;
         let mut early: Option<Result<(), UringError>> = None;
+        // Where the answer is committed: the CPU whose scheduler wakes the requester.
+        let mut answered_on = None;
         let (errno, len, committed) = {
             let mut commit_now = |errno: i32, len: usize| -> Result<(), String> {
                 let len = if len > payload_capacity { 0 } else { len };
                 write_out_header(header_out, unique, errno, len);
+                answered_on = current_cpu();
                 let sqe = crate::sqe::fuse_uring_cmd(
                     dev_fuse,
                     CMD_COMMIT_AND_FETCH,
@@ -405,11 +426,13 @@ impl Queue {
             None => {
                 let len = if len > payload_capacity { 0 } else { len };
                 write_out_header(header_out, unique, errno, len);
+                // Submitted by the next wait, right after this batch of completions.
+                answered_on = current_cpu();
                 self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id)
             }
         };
         // Counted once answered, as the stats say.
-        shared.count_request(usize::from(qid));
+        shared.count_request(usize::from(qid), answered_on, idle_start);
         result
     }
 
@@ -493,6 +516,11 @@ fn submit_running_task_work(
         )
     }
     .map(|_| ())
+}
+
+/// The CPU the calling thread runs on now (`None` if the kernel cannot say).
+fn current_cpu() -> Option<usize> {
+    nix::sched::sched_getcpu().ok()
 }
 
 /// Writes the out header of an answer (errno, `len` bytes of out arguments) into an entry's

@@ -1,6 +1,6 @@
 //! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry of
-//! one CPU's queue, the first such thread pinned to that CPU, or the idle start's unpinned
-//! thread with one entry of every CPU's queue), and its body: pin, wait for the go-ahead,
+//! one CPU's queue, pinned to that CPU, or the idle start's thread with one entry of every
+//! CPU's queue, which follows its requests' CPUs), and its body: pin, wait for the go-ahead,
 //! enable the ring made for it, register the entries, serve them (`queue.rs`) until the kernel
 //! lets go of them.
 
@@ -30,7 +30,7 @@ pub(crate) struct QueueLayout {
     entry_qids: Vec<u16>,
     /// The CPU whose queue the thread serves, if one.
     cpu: Option<u16>,
-    /// Which of that CPU's threads this is (the first, 0, is pinned to it).
+    /// Which of that CPU's threads this is (the first, 0, registers last).
     index: usize,
     /// After how many answered requests the thread starts the per-CPU queues (idle start).
     per_cpu_after: Option<u64>,
@@ -43,25 +43,29 @@ pub(crate) struct QueueLayout {
 }
 
 impl QueueLayout {
-    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue; the first
-    /// of each CPU is pinned to it.
+    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, all pinned
+    /// to that CPU.
     ///
     /// One thread per entry, not one thread per queue: a thread answers one request at a time,
     /// and a request may wait (a decompression, a read of the image from disk). The kernel
     /// gives a request to any free entry of its CPU's queue, so entries of a thread busy with
-    /// another request would hold theirs until it finished, while the CPU might be idle. The
-    /// threads beyond the first are left unpinned: requests of one CPU that each take a core
-    /// (two decompressions) can then run on two.
+    /// another request would hold theirs until it finished, while the CPU might be idle.
     ///
-    /// The pinned thread registers its entry after the CPU's other threads: the kernel gives a
+    /// Every thread is pinned, not only the first: the kernel queues a request on the CPU its
+    /// requester runs on, and the requester sleeps there until the answer's commit wakes it; a
+    /// commit from another CPU is a wake-up across CPUs (about 12 us on the benchmark VM, one
+    /// per round trip). A walk does not stay on one entry (the kernel wakes the requester
+    /// before it frees the entry, and a requester that preempts the answering thread sends its
+    /// next request to another free entry), so an unpinned sibling answered a share of its
+    /// CPU's requests from the other CPU: up to 90% of a queue's in one cold walk
+    /// (bench/results/2026-11-27-ring-s10.md). Pinned, two slow requests of one CPU share its
+    /// core; the requests of the other CPUs still run on theirs.
+    ///
+    /// The first thread registers its entry after the CPU's other threads: the kernel gives a
     /// queue's request to the entry that became free last (`fuse_uring_ent_avail` puts it at
     /// the head of the queue's free entries), registration included, so the entry registered
     /// last takes the first requests of a lone requester on that CPU, and keeps them as long as
-    /// each answer frees it before the next request comes. Registered in a race, an unpinned
-    /// thread's entry often won from the start. (A walk still moves to other entries: the
-    /// kernel wakes the requester before it frees the entry, and a requester that preempts the
-    /// answering thread sends its next request to another free entry; see
-    /// bench/results/2026-11-27-ring-s9.md.)
+    /// each answer frees it before the next request comes (bench/results/2026-11-27-ring-s9.md).
     pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
         let mut layouts = Vec::new();
@@ -88,8 +92,9 @@ impl QueueLayout {
         Ok(layouts)
     }
 
-    /// The idle start's one thread: one entry of every CPU's queue, unpinned (requests of
-    /// every CPU come to it), starting the per-CPU threads after `per_cpu_after` answers.
+    /// The idle start's one thread: one entry of every CPU's queue (requests of every CPU come
+    /// to it; it pins itself to each one's CPU as it answers), starting the per-CPU threads
+    /// after `per_cpu_after` answers.
     pub(crate) fn all_cpus(cpus: usize, per_cpu_after: u64) -> Result<QueueLayout, UringError> {
         Ok(QueueLayout {
             entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
@@ -111,9 +116,15 @@ impl QueueLayout {
         }
     }
 
-    /// The CPU the thread is pinned to, if any: the first thread of a CPU's queue.
+    /// The CPU the thread is pinned to, if any: every thread of a CPU's queue is (the idle
+    /// start's thread pins itself to each request's CPU as it answers: `queue.rs`).
     fn pinned_cpu(&self) -> Option<u16> {
-        self.cpu.filter(|_| self.index == 0)
+        self.cpu
+    }
+
+    /// Whether this is the idle start's thread (pinned to no CPU, an entry of every queue).
+    pub(crate) fn is_idle_start(&self) -> bool {
+        self.cpu.is_none()
     }
 
     /// The kernel queue (CPU) of each of the thread's entries.
@@ -163,7 +174,8 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
         handshake,
     } = start;
     // The kernel picks the queue by the CPU the request is issued on; answering on that CPU
-    // keeps the request's data in its caches. A CPU that is offline or outside this process's
+    // wakes the requester without a wake-up across CPUs and keeps the request's data in that
+    // CPU's caches. A CPU that is offline or outside this process's
     // affinity leaves the thread unpinned: its queue still works, only without that locality.
     if let Some(cpu) = layout.pinned_cpu() {
         pin_to_cpu(usize::from(cpu));
@@ -219,7 +231,9 @@ pub(crate) fn run<H: Handler>(start: QueueStart<H>) -> QueueEnd {
 /// How long a CPU's pinned queue thread waits for its siblings to register before it does.
 const SIBLINGS_REGISTER_WITHIN: Duration = Duration::from_secs(1);
 
-fn pin_to_cpu(cpu: usize) {
+/// Pins the calling thread to `cpu` (a CPU outside the process's allowed set leaves it as it
+/// was: the queue still works, only without the locality).
+pub(crate) fn pin_to_cpu(cpu: usize) {
     let mut set = nix::sched::CpuSet::new();
     if set.set(cpu).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);

@@ -21,6 +21,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     requests: Vec<AtomicU64>,
+    /// Of `requests`, those answered on the CPU whose queue carried them.
+    local_requests: Vec<AtomicU64>,
+    /// Requests answered by the idle start's thread (one entry of every CPU's queue).
+    idle_thread_requests: AtomicU64,
     pub(crate) refused_replies: AtomicU64,
     pub(crate) malformed_requests: AtomicU64,
     /// Entries the kernel accepted, over all queue threads.
@@ -42,9 +46,19 @@ struct Grown {
 }
 
 impl Shared {
-    pub(crate) fn count_request(&self, queue: usize) {
+    /// Counts a request of `queue` answered on `answered_on` (the CPU the answering thread ran
+    /// on as it committed the answer, if known) by the idle start's thread or not.
+    pub(crate) fn count_request(&self, queue: usize, answered_on: Option<usize>, idle: bool) {
         if let Some(count) = self.requests.get(queue) {
             count.fetch_add(1, Ordering::Relaxed);
+        }
+        if answered_on == Some(queue) {
+            if let Some(count) = self.local_requests.get(queue) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if idle {
+            self.idle_thread_requests.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -54,6 +68,13 @@ impl Shared {
 pub struct TransportStats {
     /// Requests answered over each queue (index = CPU).
     pub requests_per_queue: Vec<u64>,
+    /// Of those, the requests answered on the queue's own CPU (index = CPU): the answering
+    /// thread ran there when it committed the answer (`sched_getcpu`), so the requester, asleep
+    /// on that CPU, was woken without a wake-up across CPUs.
+    pub local_requests_per_queue: Vec<u64>,
+    /// Requests answered by the idle start's thread, which is pinned to no CPU and holds an
+    /// entry of every queue (before and after the per-CPU threads start).
+    pub idle_thread_requests: u64,
     /// Replies refused because they did not fit the payload buffer (answered with EIO).
     pub refused_replies: u64,
     /// Requests whose lengths did not add up (answered with EIO).
@@ -69,6 +90,11 @@ impl TransportStats {
     /// Requests answered over all queues.
     pub fn requests(&self) -> u64 {
         self.requests_per_queue.iter().sum()
+    }
+
+    /// Requests answered on the CPU whose queue carried them, over all queues.
+    pub fn local_requests(&self) -> u64 {
+        self.local_requests_per_queue.iter().sum()
     }
 }
 
@@ -165,8 +191,8 @@ impl Transport {
     /// io_uring and entries of
     /// `config.payload_size` bytes, and with `handler` to answer requests: `config.queue_depth`
     /// threads per CPU with one entry of its queue each or, for an idle start
-    /// ([`UringConfig::per_cpu_after`]), one unpinned thread with one entry of every CPU's
-    /// queue, which starts the per-CPU threads once busy. `config.payload_size` must be at least
+    /// ([`UringConfig::per_cpu_after`]), one thread with one entry of every CPU's queue (it
+    /// follows its requests' CPUs), which starts the per-CPU threads once busy. `config.payload_size` must be at least
     /// [`UringConfig::required_payload_size`] of the INIT reply to be sent. If this fails, the
     /// INIT reply must not accept `FUSE_OVER_IO_URING`.
     ///
@@ -190,6 +216,8 @@ impl Transport {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
+            local_requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
+            idle_thread_requests: AtomicU64::new(0),
             refused_replies: AtomicU64::new(0),
             malformed_requests: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
@@ -251,6 +279,13 @@ impl Transport {
                 .iter()
                 .map(|count| count.load(Ordering::Relaxed))
                 .collect(),
+            local_requests_per_queue: self
+                .shared
+                .local_requests
+                .iter()
+                .map(|count| count.load(Ordering::Relaxed))
+                .collect(),
+            idle_thread_requests: self.shared.idle_thread_requests.load(Ordering::Relaxed),
             refused_replies: self.shared.refused_replies.load(Ordering::Relaxed),
             malformed_requests: self.shared.malformed_requests.load(Ordering::Relaxed),
             entries: self.shared.entries.load(Ordering::Relaxed),

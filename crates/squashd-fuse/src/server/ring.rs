@@ -101,6 +101,11 @@ pub struct TransportInfo {
     pub ring_entries: usize,
     /// Requests answered over the ring so far.
     pub ring_requests: u64,
+    /// Of those, the requests answered on the CPU that issued them (the CPU of their queue):
+    /// their requester was woken without a wake-up across CPUs.
+    pub ring_local_requests: u64,
+    /// Of those, the requests answered by the idle start's thread (pinned to no CPU).
+    pub ring_idle_thread_requests: u64,
 }
 
 impl TransportInfo {
@@ -171,6 +176,8 @@ impl RingState {
                     ring_memory: transport.memory(),
                     ring_entries: stats.entries,
                     ring_requests: stats.requests(),
+                    ring_local_requests: stats.local_requests(),
+                    ring_idle_thread_requests: stats.idle_thread_requests,
                 }
             }
             None => TransportInfo::default(),
@@ -185,6 +192,20 @@ impl RingState {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(transport) = transport {
+            let stats = transport.stats();
+            tracing::debug!(
+                "FUSE over io_uring: requests={} local={} idle_thread={} per queue (answered/local): {}",
+                stats.requests(),
+                stats.local_requests(),
+                stats.idle_thread_requests,
+                stats
+                    .requests_per_queue
+                    .iter()
+                    .zip(&stats.local_requests_per_queue)
+                    .map(|(n, local)| format!("{n}/{local}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
             let end = transport.shutdown();
             for error in end.errors {
                 tracing::warn!("FUSE over io_uring: {error}");

@@ -155,6 +155,12 @@ pub struct ImageStatus {
     /// Requests answered over the io_uring transport.
     #[serde(default)]
     pub ring_requests: u64,
+    /// Of `ring_requests`, those answered on the CPU that issued them (no wake-up across CPUs).
+    #[serde(default)]
+    pub ring_local_requests: u64,
+    /// Of `ring_requests`, those answered by the idle start's thread (pinned to no CPU).
+    #[serde(default)]
+    pub ring_idle_thread_requests: u64,
     /// For the kernel path: what translating the image gave and cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub translation: Option<TranslationStatus>,

@@ -433,6 +433,8 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ring_memory_bytes: transport.ring_memory as u64,
         ring_entries: transport.ring_entries as u64,
         ring_requests: transport.ring_requests,
+        ring_local_requests: transport.ring_local_requests,
+        ring_idle_thread_requests: transport.ring_idle_thread_requests,
         last_error: served.probe.last_error(),
         translation: served.probe.translation(),
         remote: served.remote.as_ref().map(remote_status),

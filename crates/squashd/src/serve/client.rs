@@ -242,11 +242,13 @@ fn print_table(s: &Status) {
         }
         if i.ring_memory_bytes > 0 {
             println!(
-                "{:<width$} io_uring: {} of rings ({} entries), {} requests over them",
+                "{:<width$} io_uring: {} of rings ({} entries), {} requests over them \
+                 ({} answered on the requester's CPU)",
                 "",
                 mib(i.ring_memory_bytes),
                 i.ring_entries,
-                i.ring_requests
+                i.ring_requests,
+                i.ring_local_requests
             );
         }
         if let Some(v) = &i.verity {

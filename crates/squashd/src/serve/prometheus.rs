@@ -345,6 +345,8 @@ mod tests {
             ring_memory_bytes: 0,
             ring_entries: 0,
             ring_requests: 0,
+            ring_local_requests: 0,
+            ring_idle_thread_requests: 0,
             translation: None,
             remote: None,
             verity: None,

@@ -109,16 +109,9 @@ static ZSTD: ContextPool<DCtx<'static>> = ContextPool::new();
 const ZSTD_DST_TOO_SMALL: usize =
     (zstd_safe::zstd_sys::ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall as usize).wrapping_neg();
 
-/// Idle decompression contexts, each with the CPU it last ran on. The lock is held for a push or
-/// a pop, never while decompressing.
-///
-/// A context is taken back on the CPU that used it last when one is idle there: a zstd context's
-/// tables and literal buffer (tens of KiB written for every block) are then in that core's
-/// cache. Threads on two cores that took whichever context was returned last (read-ahead
-/// workers and the reader they work for) had each block's context come from the other core,
-/// and decompressed measurably slower than one thread alone.
+/// Idle decompression contexts. The lock is held for a push or a pop, never while decompressing.
 struct ContextPool<T> {
-    idle: Mutex<Vec<(usize, T)>>,
+    idle: Mutex<Vec<T>>,
 }
 
 impl<T> ContextPool<T> {
@@ -128,41 +121,20 @@ impl<T> ContextPool<T> {
         }
     }
 
-    /// An idle context, if there is one: the one used last on this CPU, else the one returned
-    /// last.
+    /// An idle context, if there is one.
     fn take(&self) -> Option<T> {
-        self.take_on(current_cpu())
+        self.idle.lock().ok()?.pop()
     }
 
-    /// Returns a context (used on this CPU); beyond a few per core, it is dropped.
+    /// Returns a context; beyond a few per core, it is dropped.
     fn give(&self, context: T) {
-        self.give_on(current_cpu(), context);
-    }
-
-    /// An idle context, if there is one: the one used last on `cpu`, else the one returned last.
-    fn take_on(&self, cpu: usize) -> Option<T> {
-        let mut idle = self.idle.lock().ok()?;
-        let at = idle
-            .iter()
-            .rposition(|(used_on, _)| *used_on == cpu)
-            .or_else(|| idle.len().checked_sub(1))?;
-        Some(idle.remove(at).1)
-    }
-
-    /// Returns a context last used on `cpu`; beyond a few per core, it is dropped.
-    fn give_on(&self, cpu: usize, context: T) {
         let keep = crate::cores() * 2;
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < keep {
-                idle.push((cpu, context));
+                idle.push(context);
             }
         }
     }
-}
-
-/// The CPU the calling thread runs on.
-fn current_cpu() -> usize {
-    rustix::thread::sched_getcpu()
 }
 
 fn run_lzma(
@@ -208,20 +180,6 @@ fn run_lzma(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_context_is_taken_back_on_the_cpu_that_used_it_last() {
-        let pool = ContextPool::new();
-        pool.give_on(0, "used on cpu 0");
-        pool.give_on(1, "used on cpu 1");
-        // Not the one returned last (cpu 1's): cpu 0's, still in that core's cache.
-        assert_eq!(pool.take_on(0), Some("used on cpu 0"));
-        pool.give_on(0, "used on cpu 0");
-        // A CPU with none idle takes the one returned last.
-        assert_eq!(pool.take_on(7), Some("used on cpu 0"));
-        assert_eq!(pool.take_on(0), Some("used on cpu 1"));
-        assert_eq!(pool.take_on(0), None);
-    }
 
     #[test]
     fn zstd_block_larger_than_its_buffer_is_too_large_not_corrupt() {

@@ -34,10 +34,14 @@
 //! wait for a block another thread is loading (files whose tail ends share one fragment block
 //! would otherwise queue behind one load): they go on to the next.
 //!
-//! The workers run a few nice levels below the reader. The reader is the one thread whose
-//! work cannot be shared (the Python loop, resolving paths, copying into the bytes), and with
-//! a worker per core the scheduler would give it only a share of a core beside them; the
-//! workers' files wait in the cache either way, and what they leave undone the reader does.
+//! There is one worker fewer than the threads asked for (one per core by default): the reader
+//! is the other, since it decompresses what the workers have not done when it comes to a file,
+//! and on two cores it does about half (decompression is more work than the reader's own). A
+//! worker per core made three threads on two cores: the scheduler gave the reader only a share
+//! of its core, and the workers' files waited in the cache either way. Workers that would still
+//! outnumber the other cores (`read_ahead=` above the cores) run a few nice levels below the
+//! reader, the one thread whose work cannot be shared (the Python loop, resolving paths,
+//! copying into the bytes).
 
 mod jobs;
 
@@ -204,8 +208,9 @@ pub struct SiblingReadAhead {
 }
 
 impl SiblingReadAhead {
-    /// Read-ahead by `threads` threads (started on first use).
-    pub fn new(threads: usize) -> Self {
+    /// Read-ahead by `threads` threads (started on first use), a few nice levels below the
+    /// reader's if `lower_priority`.
+    pub fn new(threads: usize, lower_priority: bool) -> Self {
         let counters = Arc::new(Counters::default());
         let counted = counters.clone();
         SiblingReadAhead {
@@ -217,7 +222,9 @@ impl SiblingReadAhead {
                 threads,
                 QUEUE,
                 move |job| {
-                    lower_priority_once();
+                    if lower_priority {
+                        lower_priority_once();
+                    }
                     load(job, &counted)
                 },
             ),

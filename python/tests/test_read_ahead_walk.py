@@ -172,3 +172,43 @@ def test_the_window_is_bounded_in_bytes(tmp_path):
         for i in range(1, 30):
             assert image.read_bytes(f"pkg/f{i:03}") == contents[f"pkg/f{i:03}"]
         assert image.stats()["files_read_ahead"]["queued"] == 29
+
+
+def _worker_threads():
+    """The read-ahead-across-files workers of this process: their nice values by name."""
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm_file:
+                comm = comm_file.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        if comm.startswith("squashd-files-"):
+            # Fields after the command's closing parenthesis: state is 0, nice is 16.
+            found[comm] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return found
+
+
+def test_the_reader_is_one_of_the_threads_decompressing_ahead(tmp_path):
+    """`read_ahead=2` is one worker and the reader (which decompresses what the workers have not
+    done when it comes to a file), the worker at the reader's priority: a worker per core made
+    three threads on two cores, and the reader got only a share of its core."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        print("SKIPPED: needs 2 cores")
+        pytest.skip("needs 2 cores")
+    image_path, contents = _one_directory_image(tmp_path, [5000 + i for i in range(40)])
+    with squashd.open(image_path, read_ahead=2) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        _settle(image, 39)
+        workers = _worker_threads()
+        assert list(workers) == ["squashd-files-0"], workers
+        assert workers["squashd-files-0"] == os.getpriority(os.PRIO_PROCESS, 0), workers
+        _read_without_loads(image, contents, [f"pkg/f{i:03}" for i in range(1, 40)])
+    # More threads than cores: one fewer workers still, as many as the cores.
+    with squashd.open(image_path, read_ahead=cores + 1) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        _settle(image, 39)
+        assert len(_worker_threads()) == cores, _worker_threads()

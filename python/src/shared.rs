@@ -82,7 +82,13 @@ impl Shared {
         Shared {
             prefetch: (threads > 0 && window > 0)
                 .then(|| ReadAheadPool::new(threads, window, READ_AHEAD_QUEUE)),
-            siblings: (threads > 0).then(|| SiblingReadAhead::new(threads)),
+            siblings: (threads > 0).then(|| {
+                // The reader is one of the threads decompressing: it does what the workers
+                // have not done when it comes to a file. Workers that outnumber the other cores
+                // would take turns with it on its own (see `siblings`).
+                let workers = threads.saturating_sub(1).max(1);
+                SiblingReadAhead::new(workers, workers >= squashd_core::cores())
+            }),
             read_threads: threads.max(1),
             image,
             remote,

@@ -34,10 +34,14 @@
 //! wait for a block another thread is loading (files whose tail ends share one fragment block
 //! would otherwise queue behind one load): they go on to the next.
 //!
-//! The workers run a few nice levels below the reader. The reader is the one thread whose
-//! work cannot be shared (the Python loop, resolving paths, copying into the bytes), and with
-//! a worker per core the scheduler would give it only a share of a core beside them; the
-//! workers' files wait in the cache either way, and what they leave undone the reader does.
+//! There is one worker fewer than the threads asked for (one per core by default): the reader
+//! is the other, since it decompresses what the workers have not done when it comes to a file,
+//! and on two cores it does about half (decompression is more work than the reader's own). A
+//! worker per core made three threads on two cores: the scheduler gave the reader only a share
+//! of its core, and the workers' files waited in the cache either way. Workers that would still
+//! outnumber the other cores (`read_ahead=` above the cores) run a few nice levels below the
+//! reader, the one thread whose work cannot be shared (the Python loop, resolving paths,
+//! copying into the bytes).
 
 mod jobs;
 
@@ -50,13 +54,21 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Files kept queued ahead of the reader.
-const WINDOW_FILES: usize = 32;
+/// Files kept queued ahead of the reader. Most files of a Python environment are a tail end in
+/// a fragment block (about 8 to a block), so 32 files were 4 blocks ahead: about a millisecond
+/// of the reader's work, which a worker loses whenever another thread takes its core for a
+/// tick; the reader then waited for it, or did its files itself.
+const WINDOW_FILES: usize = 128;
+/// Bytes of data (each file's size, up to [`BLOCKS_PER_FILE`] blocks) kept queued ahead of the
+/// reader at most: blocks decompressed ahead wait in the data cache, and a walk's fragment
+/// blocks, which it comes back to long after their first file, need that cache too (a window of
+/// 16 MiB decompressed 30 MB more a walk of a 530 MB image, 4 MiB 6-10 MB more).
+const WINDOW_BYTES: u64 = 4 << 20;
 /// Blocks of each file read ahead: a larger file's reader splits its read between threads.
 const BLOCKS_PER_FILE: u64 = 16;
 /// Jobs waiting at most: the window's, and those of files the reader came to that workers have
 /// yet to take off the queue (and skip).
-const QUEUE: usize = 128;
+const QUEUE: usize = 4 * WINDOW_FILES;
 /// A queued file's claim: no thread has started it.
 const QUEUED: u8 = 0;
 /// A worker (or the reader, helping) is decompressing it into the data cache.
@@ -74,7 +86,7 @@ const FIRST_FILES: usize = 2;
 
 /// The window is topped up when this many of its files have been come to: files are queued
 /// (and their image bytes asked for) in batches rather than one a read.
-const REFILL: usize = 8;
+const REFILL: usize = 16;
 /// Directories the window moves on into at most in one read (directories without files are
 /// stepped through too).
 const DIRS_PER_READ: usize = 8;
@@ -105,6 +117,8 @@ struct Queued {
     ticket: u64,
     /// Its inode.
     id: InodeId,
+    /// Its bytes read ahead (its size, up to [`BLOCKS_PER_FILE`] blocks).
+    bytes: u64,
     /// Who has it.
     claim: Arc<AtomicU8>,
 }
@@ -194,8 +208,9 @@ pub struct SiblingReadAhead {
 }
 
 impl SiblingReadAhead {
-    /// Read-ahead by `threads` threads (started on first use).
-    pub fn new(threads: usize) -> Self {
+    /// Read-ahead by `threads` threads (started on first use), a few nice levels below the
+    /// reader's if `lower_priority`.
+    pub fn new(threads: usize, lower_priority: bool) -> Self {
         let counters = Arc::new(Counters::default());
         let counted = counters.clone();
         SiblingReadAhead {
@@ -207,7 +222,9 @@ impl SiblingReadAhead {
                 threads,
                 QUEUE,
                 move |job| {
-                    lower_priority_once();
+                    if lower_priority {
+                        lower_priority_once();
+                    }
                     load(job, &counted)
                 },
             ),
@@ -421,6 +438,8 @@ impl SiblingReadAhead {
             return;
         };
         let room = WINDOW_FILES.saturating_sub(state.tickets.len());
+        let mut window_bytes: u64 = state.tickets.iter().map(|q| q.bytes).sum();
+        let most_per_file = BLOCKS_PER_FILE * u64::from(image.block_size().max(1));
         let mut picked = Vec::with_capacity(room);
         // The directories gone through, for picked files to name theirs (by index here).
         let mut passed_through = Vec::new();
@@ -442,7 +461,15 @@ impl SiblingReadAhead {
             }
             let entry = &at.listing[next];
             if entry.kind == FileKind::File {
-                picked.push((passed_through.len(), next, entry.id));
+                let bytes = image
+                    .inode(entry.id)
+                    .map_or(0, |inode| inode.size.min(most_per_file));
+                if window_bytes + bytes > WINDOW_BYTES && !(picked.is_empty() && window_bytes == 0)
+                {
+                    break;
+                }
+                window_bytes += bytes;
+                picked.push((passed_through.len(), next, entry.id, bytes));
             }
             next += 1;
         }
@@ -454,7 +481,7 @@ impl SiblingReadAhead {
         // Asked for here, not by a worker: workers that lag behind (a busy machine) would ask
         // for them after the reader has read them itself, waiting for each block's read.
         prefetch(image, picked.iter().map(|p| p.2));
-        for (dir, index, id) in picked {
+        for (dir, index, id, bytes) in picked {
             let dir_id = passed_through[dir].id;
             let ticket = state.next_ticket;
             let claim = Arc::new(AtomicU8::new(QUEUED));
@@ -478,6 +505,7 @@ impl SiblingReadAhead {
                 index,
                 ticket,
                 id,
+                bytes,
                 claim,
             });
             self.counters.queued.fetch_add(1, Ordering::Relaxed);

@@ -45,7 +45,9 @@ def test_the_next_files_of_a_directory_are_read_ahead(images, trees):
 
 def test_blocks_read_ahead_leave_the_data_cache_when_their_file_is_read_whole(images, trees):
     source = trees.get("plain")
-    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+    # One thread is the reader: as many workers as the cores.
+    read_ahead = len(os.sched_getaffinity(0)) + 1
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=read_ahead) as image:
         names, _ = _read_in_order(image, "small")
         _wait_for(image, "files", len(names) - 1)
         before = image.stats()["cache"]["data"]
@@ -154,8 +156,10 @@ def test_a_directory_read_in_order_with_read_ahead_decompresses_each_block_once(
 
 
 def test_read_ahead_workers_run_below_the_reader(images):
-    """The workers of read-ahead across files run 3 nice levels below the thread that reads,
-    so that the reader, whose work no thread can share, keeps its core."""
+    """Workers of read-ahead across files that outnumber the cores other than the reader's
+    (`read_ahead=` above the cores) run 3 nice levels below the thread that reads, so that the
+    reader, whose work no thread can share, keeps its core. (With fewer, each has a core of its
+    own and runs at the reader's priority: test_read_ahead_walk.py.)"""
     def nice_of(task):
         stat = (task / "stat").read_text()
         return int(stat[stat.rindex(")") + 2:].split()[16])
@@ -164,7 +168,9 @@ def test_read_ahead_workers_run_below_the_reader(images):
     if own > 16:
         print("SKIPPED: this process runs at nice 17 or more")
         pytest.skip("no room below this process's nice value")
-    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=2) as image:
+    # One thread is the reader: as many workers as the cores.
+    read_ahead = len(os.sched_getaffinity(0)) + 1
+    with squashd.open(images.image("zstd-nofrag-noxattr"), read_ahead=read_ahead) as image:
         names, _ = _read_in_order(image, "small")
         image.read_bytes(f"small/{names[1]}")
         _wait_for(image, "files", 1)

@@ -105,7 +105,7 @@ def test_subdirectories_between_two_files_do_not_stop_read_ahead(tmp_path):
         pytest.skip("mksquashfs is not installed")
     tree = tmp_path / "tree"
     contents = {}
-    # Files all queued when a0 is read (the window is 32 files): no later queueing (and
+    # Files all queued when a0 is read (fewer than the window's): no later queueing (and
     # loads by workers) while the reads below count loads.
     names = ["a0"] + [f"z{i:02}" for i in range(31)]
     for i, name in enumerate(names):
@@ -125,3 +125,90 @@ def test_subdirectories_between_two_files_do_not_stop_read_ahead(tmp_path):
         assert ahead["queued"] == 31, ahead
         _read_without_loads(image, {f"pkg/{n}": c for n, c in contents.items()},
                             [f"pkg/z{i:02}" for i in range(1, 31)])
+
+
+def _one_directory_image(tmp_path, sizes):
+    """An image of directory pkg holding files f000, f001... of `sizes` bytes (random), each
+    with blocks of its own; returns its path and the files' contents by path."""
+    if shutil.which("mksquashfs") is None:
+        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
+        pytest.skip("mksquashfs is not installed")
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    contents = {}
+    for i, size in enumerate(sizes):
+        contents[f"pkg/f{i:03}"] = os.urandom(size)
+        (tree / "pkg" / f"f{i:03}").write_bytes(contents[f"pkg/f{i:03}"])
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(image_path), "-comp", "zstd", "-no-fragments",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    return image_path, contents
+
+
+def test_the_window_holds_a_hundred_small_files(tmp_path):
+    """Files of a few KiB (most of a Python environment's) are queued 128 ahead, not 32: 32 such
+    files were about a millisecond of the reader's work, which a worker loses to any other
+    thread given its core."""
+    image_path, contents = _one_directory_image(tmp_path, [5000 + i for i in range(120)])
+    with squashd.open(image_path, read_ahead=2) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        # The other 119 files (585 KB): within the window's 128 files and 4 MiB.
+        ahead = _settle(image, 119)
+        assert ahead["queued"] == 119, ahead
+        _read_without_loads(image, contents, [f"pkg/f{i:03}" for i in range(1, 120)])
+
+
+def test_the_window_is_bounded_in_bytes(tmp_path):
+    """Large files are queued up to 4 MiB ahead (each file's size, up to 16 blocks), not 128 of
+    them: what the workers decompress ahead waits in the data cache, which the walk's fragment
+    blocks need too."""
+    image_path, contents = _one_directory_image(tmp_path, [300_000] * 30)
+    with squashd.open(image_path, read_ahead=2) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        # 13 files of 300,000 bytes fit in 4 MiB (4,194,304 bytes), 14 do not.
+        ahead = _settle(image, 13)
+        assert ahead["queued"] == 13, ahead
+        # Read on in order, the window moves on by batches and stays within its bytes.
+        for i in range(1, 30):
+            assert image.read_bytes(f"pkg/f{i:03}") == contents[f"pkg/f{i:03}"]
+        assert image.stats()["files_read_ahead"]["queued"] == 29
+
+
+def _worker_threads():
+    """The read-ahead-across-files workers of this process: their nice values by name."""
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm_file:
+                comm = comm_file.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        if comm.startswith("squashd-files-"):
+            # Fields after the command's closing parenthesis: state is 0, nice is 16.
+            found[comm] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return found
+
+
+def test_the_reader_is_one_of_the_threads_decompressing_ahead(tmp_path):
+    """`read_ahead=2` is one worker and the reader (which decompresses what the workers have not
+    done when it comes to a file), the worker at the reader's priority: a worker per core made
+    three threads on two cores, and the reader got only a share of its core."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        print("SKIPPED: needs 2 cores")
+        pytest.skip("needs 2 cores")
+    image_path, contents = _one_directory_image(tmp_path, [5000 + i for i in range(40)])
+    with squashd.open(image_path, read_ahead=2) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        _settle(image, 39)
+        workers = _worker_threads()
+        assert list(workers) == ["squashd-files-0"], workers
+        assert workers["squashd-files-0"] == os.getpriority(os.PRIO_PROCESS, 0), workers
+        _read_without_loads(image, contents, [f"pkg/f{i:03}" for i in range(1, 40)])
+    # More threads than cores: one fewer workers still, as many as the cores.
+    with squashd.open(image_path, read_ahead=cores + 1) as image:
+        assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
+        _settle(image, 39)
+        assert len(_worker_threads()) == cores, _worker_threads()

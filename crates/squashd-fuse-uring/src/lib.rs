@@ -80,8 +80,9 @@
 //! the per-CPU threads once it has answered the given number of requests: an idle mount costs
 //! one thread, one io_uring and one entry per CPU. Every answer is thus committed on the CPU
 //! its requester sleeps on, so the requester's wake-up does not cross CPUs;
-//! [`TransportStats::local_requests_per_queue`] counts the answers that were. Memory is entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`],
-//! so far [`Transport::memory`]; a queue's payloads are one anonymous mapping, resident once
+//! [`TransportStats::local_requests_per_queue`] counts the answers that were. Memory is
+//! entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`], so far
+//! [`Transport::memory`]; a queue's payloads are one anonymous mapping, resident once
 //! used. A thread answers one request at a time: the idle start's thread answers its entries
 //! one after another; busy, each entry has a thread, so a slow request holds only its own.
 //!

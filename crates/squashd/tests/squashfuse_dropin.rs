@@ -385,7 +385,9 @@ fn notify_pipe_says_s_or_f() {
     }
 }
 
-/// `timeout=N` unmounts after N idle seconds.
+/// `timeout=N` unmounts after N idle seconds. The real squashfuse_ll is the reference, but its
+/// timer only sets an exit flag that its request loop reads when woken, and under load it once
+/// stayed mounted past the deadline (./test.sh, 2026-11-27): it is then reported, not failed.
 #[test]
 fn idle_timeout_unmounts() {
     let Some(fx) = fixture(100) else { return };
@@ -394,11 +396,11 @@ fn idle_timeout_unmounts() {
     let _ours = mount(&fx.ours, "timeout=1", &fx.image, &our_mnt);
     let deadline = Instant::now() + Duration::from_secs(20);
     while is_mounted(&real_mnt) || is_mounted(&our_mnt) {
-        let (real, ours) = (is_mounted(&real_mnt), is_mounted(&our_mnt));
-        assert!(
-            Instant::now() < deadline,
-            "still mounted: real {real}, ours {ours}"
-        );
+        if Instant::now() >= deadline {
+            assert!(!is_mounted(&our_mnt), "ours still mounted after 20 s");
+            eprintln!("note: the real squashfuse_ll was still mounted after 20 s with timeout=1");
+            break;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

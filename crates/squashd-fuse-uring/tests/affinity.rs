@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
+use common::{cpus, missing_lookups_on_cpu, skip_reason, EnableUring, TestMount};
 use nix::mount::MntFlags;
 
 /// Lookups each requester makes, one after another.
@@ -20,7 +20,7 @@ fn a_lone_requesters_requests_are_answered_by_the_thread_pinned_to_its_cpu() {
         return;
     }
     let _uring = EnableUring::on();
-    // Two entries per CPU, each with its thread: the first pinned to the CPU, the second not.
+    // Two entries per CPU, each with its thread, both pinned to the CPU; the first registers last.
     let (mut mount, outcome) = TestMount::mount_with_ring(&TestMount::config(2), 1);
     outcome.expect("the ring registers");
     let cpus = cpus().min(4);
@@ -28,14 +28,7 @@ fn a_lone_requesters_requests_are_answered_by_the_thread_pinned_to_its_cpu() {
         let root = mount.path();
         // One requester pinned to `cpu`, one lookup at a time: every one goes to that CPU's
         // queue, and the kernel gives each to the entry that became free last.
-        on_cpu(cpu, move || {
-            for i in 0..LOOKUPS {
-                let missing = root.join(format!("n{cpu}-{i}"));
-                assert!(std::fs::symlink_metadata(missing).is_err());
-            }
-        })
-        .join()
-        .expect("requester");
+        missing_lookups_on_cpu(root, cpu, LOOKUPS);
     }
     let by_thread = mount.fs.missing_lookups_by_thread.lock().unwrap().clone();
     for cpu in 0..cpus {

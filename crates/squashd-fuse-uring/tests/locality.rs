@@ -15,7 +15,7 @@ use std::io::Read as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{cpus, on_cpu, skip_reason, EnableUring, TestMount};
+use common::{cpus, missing_lookups_on_cpu, on_cpu, skip_reason, EnableUring, TestMount};
 use nix::mount::MntFlags;
 use squashd_fuse_uring::{TransportStats, UringConfig};
 
@@ -57,14 +57,7 @@ fn lookups_from_each_cpu(mount: &TestMount, hold_an_entry: bool) -> TransportSta
             reader
         });
         let root = mount.path();
-        on_cpu(cpu, move || {
-            for i in 0..LOOKUPS {
-                let missing = root.join(format!("n{cpu}-{i}"));
-                assert!(std::fs::symlink_metadata(missing).is_err());
-            }
-        })
-        .join()
-        .expect("requester");
+        missing_lookups_on_cpu(root, cpu, LOOKUPS);
         if let Some(reader) = slow_reader {
             assert_eq!(reader.join().expect("reader").expect("read /slow"), 16);
         }

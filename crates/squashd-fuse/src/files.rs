@@ -179,7 +179,7 @@ impl OpenFiles {
     }
 
     /// Whether the kernel was told to open files without asking.
-    pub(crate) fn no_open(&self) -> bool {
+    fn no_open(&self) -> bool {
         self.no_open.load(Ordering::Relaxed)
     }
 

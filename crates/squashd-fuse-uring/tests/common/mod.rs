@@ -408,6 +408,19 @@ pub fn on_cpu<T: Send + 'static>(
     })
 }
 
+/// A requester pinned to `cpu` looks up `count` missing names under `root` one after another
+/// (never cached, so each is a request on that CPU's queue); returns once all are answered.
+pub fn missing_lookups_on_cpu(root: std::path::PathBuf, cpu: usize, count: u64) {
+    on_cpu(cpu, move || {
+        for i in 0..count {
+            let missing = root.join(format!("n{cpu}-{i}"));
+            assert!(std::fs::symlink_metadata(missing).is_err());
+        }
+    })
+    .join()
+    .expect("requester");
+}
+
 /// The number of ring queues on this machine.
 pub fn cpus() -> usize {
     possible_cpus().expect("possible cpus")

@@ -42,6 +42,30 @@ pub struct MountConfig {
     /// What tells read-ahead and the random sweep that the CPUs are busy (tests turn it off,
     /// so that their counts do not depend on what else the machine runs).
     pub cpu_gauge: squashd_core::read_ahead::CpuGauge,
+    /// Which entries of a listing reach the kernel with their attributes.
+    pub listing_attrs: ListingAttrs,
+}
+
+/// Which entries of a listing (READDIRPLUS) reach the kernel with their attributes, making
+/// its dentries and inodes (see the `listing_attrs` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListingAttrs {
+    /// Directories always; other entries while the mount's walks stat what they list.
+    #[default]
+    Auto,
+    /// Every entry: for workloads known to stat everything they list.
+    All,
+}
+
+impl ListingAttrs {
+    /// Parses `auto` or `all`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "auto" => Some(ListingAttrs::Auto),
+            "all" => Some(ListingAttrs::All),
+            _ => None,
+        }
+    }
 }
 
 /// Whom a mount belongs to: the kernel's FUSE `user_id` and `group_id`. Without `allow_other`
@@ -76,6 +100,7 @@ impl Default for MountConfig {
             owner: None,
             uring: crate::server::UringMode::Auto,
             cpu_gauge: squashd_core::read_ahead::CpuGauge::default(),
+            listing_attrs: ListingAttrs::Auto,
         }
     }
 }

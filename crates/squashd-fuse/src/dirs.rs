@@ -14,10 +14,11 @@ use crate::answers::Opened;
 use crate::attr::{file_type, negative_attr, FOREVER, GENERATION};
 use crate::error::FsResult;
 use crate::handles::HandleTable;
+use crate::listing_attrs::AttrPolicy;
 use crate::listings::{CachedListing, KeptListings, ListingTurn, ListingTurns};
 use crate::tree::ServedTree;
 use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
-use squashd_core::{DirEntry, Inode};
+use squashd_core::{DirEntry, FileKind, Inode};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,7 +55,8 @@ pub struct DirectoryEntryPlus<'a> {
     /// Whether the kernel links the entry (makes its dentry and inode, with these attributes).
     /// False: only its name, node and type reach the kernel, as in a READDIR answer (a zero
     /// `entry_out`, which the kernel skips), and `attr` holds only `ino` and `kind`: for a
-    /// listing that another opener's answer is linking already.
+    /// listing that another opener's answer is linking already, and for the entries that are
+    /// not directories while walks do not stat them ([`crate::listing_attrs`]).
     pub link: bool,
 }
 
@@ -87,15 +89,31 @@ pub(crate) struct Directories {
     /// The kernel skips OPENDIR/RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT): a walk costs no round
     /// trips for directories it has listed before, and readdir comes with no handle.
     no_opendir: AtomicBool,
+    /// Which entries readdirplus gives with their attributes.
+    attrs: AttrPolicy,
 }
 
 impl Directories {
-    pub(crate) fn new() -> Self {
+    /// `bare_listings`: readdirplus gives files' attributes only while walks stat them (see
+    /// [`crate::listing_attrs`]); false: always.
+    pub(crate) fn new(bare_listings: bool) -> Self {
         Directories {
             handles: HandleTable::new(),
             kept: KeptListings::default(),
             turns: ListingTurns::default(),
             no_opendir: AtomicBool::new(false),
+            attrs: AttrPolicy::new(bare_listings),
+        }
+    }
+
+    /// A LOOKUP found `kind`: a stat of a non-directory tells the listings that walks want
+    /// attributes.
+    pub(crate) fn looked_up(&self, tree: &ServedTree, kind: FileKind) {
+        if kind != FileKind::Directory {
+            if !self.attrs.all() {
+                tree.probe().late_lookup();
+            }
+            self.attrs.looked_up();
         }
     }
 
@@ -304,6 +322,10 @@ impl Directories {
         if !link {
             tree.probe().unlinked_listing();
         }
+        // Files and other non-directories get their attributes while walks stat them.
+        let all = self.attrs.all();
+        let mut files = 0;
+        let mut file = false;
         let mut done = true;
         let mut answered = 0;
         for (added, pos) in (offset..entries.len() as u64 + 2).enumerate() {
@@ -331,6 +353,9 @@ impl Directories {
                 }
                 _ => {
                     let e = &entries[pos as usize - 2];
+                    let is_dir = e.kind == FileKind::Directory;
+                    file = !is_dir;
+                    let link = link && (all || is_dir);
                     let attr = if link {
                         match tree.load(e.id) {
                             Ok(inode) => tree.attr(&inode),
@@ -362,9 +387,16 @@ impl Directories {
                 done = false;
                 break;
             }
+            files += u64::from(std::mem::take(&mut file));
             answered = added + 1;
         }
         learn(&mut turn, node, offset, answered, entries.len());
+        if link {
+            self.attrs.listed(files, !all);
+            if !all {
+                tree.probe().listed_bare(files);
+            }
+        }
         self.keep(
             node,
             fh,

@@ -60,7 +60,7 @@ impl SquashFs {
         Ok(SquashFs {
             tree,
             files,
-            dirs: Directories::new(),
+            dirs: Directories::new(config.listing_attrs == crate::config::ListingAttrs::Auto),
             activity: config.idle_timeout.map(|_| Arc::new(Activity::new())),
             metadata_prefetch: Once::new(),
         })
@@ -115,7 +115,10 @@ impl SquashFs {
             return Err(Errno::ENOTDIR.into());
         }
         let attr = match self.tree.image().lookup(&dir, name.as_bytes()) {
-            Ok(Some(entry)) => self.tree.attr(&self.tree.load(entry.id)?),
+            Ok(Some(entry)) => {
+                self.dirs.looked_up(&self.tree, entry.kind);
+                self.tree.attr(&self.tree.load(entry.id)?)
+            }
             Ok(None) => negative_attr(),
             Err(e) => return Err(self.tree.error(e)),
         };
@@ -303,11 +306,13 @@ impl Drop for SquashFs {
         // Beside the dispatcher's requests by opcode: what the listing requests got.
         let probe = self.tree.probe();
         tracing::debug!(
-            "listings: requests={} short={} unlinked={} waited={}",
+            "listings: requests={} short={} unlinked={} waited={} bare_entries={} late_lookups={}",
             probe.listings(),
             probe.short_listings(),
             probe.unlinked_listings(),
-            probe.waited_listings()
+            probe.waited_listings(),
+            probe.bare_entries(),
+            probe.late_lookups()
         );
     }
 }

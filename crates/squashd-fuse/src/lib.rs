@@ -59,6 +59,7 @@ pub mod fs;
 mod fuse;
 pub mod handles;
 mod idle;
+mod listing_attrs;
 mod listings;
 mod mount_point;
 mod nodes;
@@ -70,7 +71,7 @@ mod sweep;
 mod tree;
 mod unmount;
 
-pub use config::{MountConfig, MountOwner};
+pub use config::{ListingAttrs, MountConfig, MountOwner};
 pub use error::{FsError, FsResult};
 pub use fs::SquashFs;
 pub use fuse::FuseAdapter;

@@ -27,6 +27,10 @@ struct MountCounters {
     unlinked_listings: AtomicU64,
     /// Listing requests that waited for another opener's fill to end.
     waited_listings: AtomicU64,
+    /// Entries other than directories listed without their attributes (no walk stat them).
+    bare_entries: AtomicU64,
+    /// LOOKUPs of non-directories while listings were bare.
+    late_lookups: AtomicU64,
     /// What the last failed request's error said (the image and the byte that was bad).
     last_error: std::sync::Mutex<Option<String>>,
     /// The session's transport, once it runs.
@@ -81,6 +85,19 @@ impl MountProbe {
         self.counters.waited_listings.load(Ordering::Relaxed)
     }
 
+    /// Entries other than directories that listings gave without their attributes, while the
+    /// mount's walks did not stat what they listed: the kernel made no inode for them, and a
+    /// stat of one costs a LOOKUP ([`MountProbe::late_lookups`]).
+    pub fn bare_entries(&self) -> u64 {
+        self.counters.bare_entries.load(Ordering::Relaxed)
+    }
+
+    /// LOOKUPs that found a non-directory while listings were bare: past a share of the bare
+    /// entries, listings give every attribute again.
+    pub fn late_lookups(&self) -> u64 {
+        self.counters.late_lookups.load(Ordering::Relaxed)
+    }
+
     /// Which transport carries the mount's requests ("dev-fuse" before the session runs).
     pub fn transport(&self) -> crate::server::TransportInfo {
         self.counters
@@ -133,6 +150,16 @@ impl MountProbe {
         self.counters
             .unlinked_listings
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn listed_bare(&self, entries: u64) {
+        self.counters
+            .bare_entries
+            .fetch_add(entries, Ordering::Relaxed);
+    }
+
+    pub(crate) fn late_lookup(&self) {
+        self.counters.late_lookups.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn request(&self) {

@@ -10,7 +10,7 @@ use squashd_core::{Image, OpenOptions};
 use squashd_fuse::fs::{
     DirectoryEntry, DirectoryEntryPlus, DirectoryPlusReplier, DirectoryReplier, Entry, XattrReply,
 };
-use squashd_fuse::{FsError, MountConfig, SquashFs};
+use squashd_fuse::{FsError, ListingAttrs, MountConfig, SquashFs};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -170,6 +170,8 @@ struct DirPlusBuffer {
     size: usize,
     used: usize,
     entries: Vec<(u64, Vec<u8>, fuser::FileAttr, Duration)>,
+    /// Whether each entry is linked (given with its attributes).
+    linked: Vec<bool>,
 }
 
 impl DirectoryPlusReplier for DirPlusBuffer {
@@ -181,6 +183,7 @@ impl DirectoryPlusReplier for DirPlusBuffer {
         self.used += len;
         self.entries
             .push((e.offset, e.name.as_bytes().to_vec(), *e.attr, e.ttl));
+        self.linked.push(e.link);
         false
     }
 }
@@ -274,12 +277,10 @@ fn readdir_resumed_across_reply_buffers_gives_every_entry_once() {
     assert_listing_is_source(&listing, &[], empty, ROOT, "empty/");
 }
 
-#[test]
-fn readdirplus_gives_each_entry_with_the_source_attributes() {
-    let Some(fx) = Fixture::new(500) else { return };
-    let fs = fx.fs();
-    let big = node_of(&fs, "big");
-    let source = source_listing(&fx.src("big"));
+/// Every entry of `node`'s listing by readdirplus, page by page, and whether each was linked.
+type PlusListing = Vec<((u64, Vec<u8>, fuser::FileAttr, Duration), bool)>;
+
+fn list_all_plus(fs: &SquashFs, node: INodeNo) -> PlusListing {
     let mut all = Vec::new();
     let mut offset = 0;
     loop {
@@ -287,23 +288,38 @@ fn readdirplus_gives_each_entry_with_the_source_attributes() {
             size: PAGE,
             used: 0,
             entries: Vec::new(),
+            linked: Vec::new(),
         };
-        drop(fs.readdirplus(big, NO_HANDLE, offset, &mut buf).unwrap());
+        drop(fs.readdirplus(node, NO_HANDLE, offset, &mut buf).unwrap());
         let Some(last) = buf.entries.last() else {
             break;
         };
         offset = last.0;
-        all.extend(buf.entries);
+        all.extend(buf.entries.into_iter().zip(buf.linked));
     }
+    all
+}
+
+#[test]
+fn readdirplus_gives_each_entry_with_the_source_attributes() {
+    let Some(fx) = Fixture::new(500) else { return };
+    let fs = fx.fs_with(&MountConfig {
+        listing_attrs: ListingAttrs::All,
+        ..MountConfig::default()
+    });
+    let big = node_of(&fs, "big");
+    let source = source_listing(&fx.src("big"));
+    let all = list_all_plus(&fs, big);
     assert_eq!(all.len(), source.len() + 2);
-    assert_eq!(all[0].2.ino, big);
-    assert_eq!(all[1].2.ino, ROOT);
-    for ((offset, name, attr, ttl), (i, (want_name, want_kind))) in
+    assert_eq!(all[0].0 .2.ino, big);
+    assert_eq!(all[1].0 .2.ino, ROOT);
+    for (((offset, name, attr, ttl), linked), (i, (want_name, want_kind))) in
         all[2..].iter().zip(source.iter().enumerate())
     {
         assert_eq!(name, want_name);
         assert_eq!(*offset, i as u64 + 3, "offset of {}", name.escape_ascii());
         assert!(*ttl >= YEAR);
+        assert!(linked, "{} is linked", name.escape_ascii());
         let meta = fs::symlink_metadata(fx.src("big").join(OsStr::from_bytes(name))).unwrap();
         assert_eq!(attr.kind, *want_kind);
         assert_eq!(attr.perm as u32, meta.mode() & 0o7777);
@@ -315,6 +331,50 @@ fn readdirplus_gives_each_entry_with_the_source_attributes() {
         let looked_up = fs.lookup(big, OsStr::from_bytes(name)).unwrap();
         assert_eq!(looked_up.attr.ino, attr.ino);
     }
+    assert_eq!(fs.probe().bare_entries(), 0);
+}
+
+/// By default a listing links its directories only, until lookups show that walks stat the
+/// other entries; from then on listings link every entry.
+#[test]
+fn readdirplus_links_files_once_walks_stat_them() {
+    let Some(fx) = Fixture::new(500) else { return };
+    let fs = fx.fs();
+    let big = node_of(&fs, "big");
+    let source = source_listing(&fx.src("big"));
+    let all = list_all_plus(&fs, big);
+    assert_eq!(all.len(), source.len() + 2);
+    let mut files = 0;
+    for (((_, name, attr, _), linked), (want_name, want_kind)) in all[2..].iter().zip(&source) {
+        assert_eq!(name, want_name);
+        // Bare or not, the name's kind and node are those a lookup gives.
+        assert_eq!(attr.kind, *want_kind, "kind of {}", name.escape_ascii());
+        let is_dir = *want_kind == FileType::Directory;
+        assert_eq!(*linked, is_dir, "{} linked", name.escape_ascii());
+        if is_dir {
+            let meta = fs::metadata(fx.src("big").join(OsStr::from_bytes(name))).unwrap();
+            assert_eq!(attr.nlink, meta.nlink() as u32);
+        } else {
+            files += 1;
+        }
+    }
+    assert!(files > 400, "the fixture's big/ holds files");
+    let probe = fs.probe();
+    assert_eq!(probe.bare_entries(), files);
+    assert_eq!(probe.late_lookups(), 0);
+
+    // A `du`: each file looked up after the listing. Once one in 4 of the bare entries was
+    // (and at least 64), listings link every entry, and lookups are no longer late.
+    for ((_, name, attr, _), _) in all[2..].iter().filter(|e| !e.1) {
+        let looked_up = fs.lookup(big, OsStr::from_bytes(name)).unwrap();
+        assert_eq!(looked_up.attr.ino, attr.ino);
+        let meta = fs::symlink_metadata(fx.src("big").join(OsStr::from_bytes(name))).unwrap();
+        assert_eq!(looked_up.attr.size, meta.size());
+    }
+    assert_eq!(probe.late_lookups(), files.div_ceil(4).max(64));
+    let again = list_all_plus(&fs, big);
+    assert!(again[2..].iter().all(|e| e.1), "every entry linked");
+    assert_eq!(probe.bare_entries(), files);
 }
 
 /// Metadata blocks the image has fetched from its cache (hits and misses alike).

@@ -11,7 +11,7 @@ use squashd_fuse::server::UringMode;
 use squashd_fuse::{MountConfig, MountOwner, MountProbe, MountedImage, Unmounter};
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use testkit::uring::Transport;
@@ -371,5 +371,110 @@ fn the_mounted_tree_is_the_kernels_squashfs_on_both_transports() {
         if let Some(k) = kernel {
             testkit::umount(&k);
         }
+    }
+}
+
+/// A tree of `dirs` directories (one nested in each) of `files` files each, and its image.
+fn walk_image(dir: &Path, dirs: usize, files: usize) -> PathBuf {
+    let src = dir.join("src");
+    for d in 0..dirs {
+        let sub = src.join(format!("d{d:03}"));
+        fs::create_dir_all(sub.join("nested")).unwrap();
+        for f in 0..files {
+            fs::write(sub.join(format!("f{f:03}")), "x".repeat(d * 7 + f)).unwrap();
+        }
+    }
+    let image = dir.join("walk.sqfs");
+    testkit::mksquashfs(&src, &image, &["-comp", "gzip"]);
+    image
+}
+
+/// Names (and kinds, from the listing's `d_type`) under `dir`, as `find` reads them: no stat.
+fn names_under(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, bool)>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let is_dir = entry.file_type().unwrap().is_dir();
+        out.push((entry.path().strip_prefix(base).unwrap().to_path_buf(), is_dir));
+        if is_dir {
+            names_under(&entry.path(), base, out);
+        }
+    }
+}
+
+/// Every entry under `dir` with its `lstat`, as `du` walks: each directory listed, then each
+/// of its entries stat'ed.
+fn stat_under(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) {
+    let entries: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for path in entries {
+        let meta = fs::symlink_metadata(&path).unwrap();
+        let is_dir = meta.is_dir();
+        out.push((path.strip_prefix(base).unwrap().to_path_buf(), meta));
+        if is_dir {
+            stat_under(&path, base, out);
+        }
+    }
+}
+
+/// A walk that reads names only (`find`) makes the kernel no inode per file: listings give
+/// directories only their attributes, and no request is spent on files. A walk that stats
+/// every entry (`du`) then pays LOOKUPs only until listings give every attribute again.
+#[test]
+fn a_names_walk_costs_no_request_per_file_and_a_stat_walk_few() {
+    if !testkit::can_mount() {
+        return;
+    }
+    let (dirs, files) = (40, 30);
+    for transport in testkit::uring::transports() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = walk_image(dir.path(), dirs, files);
+        let src = dir.path().join("src");
+        let mut want = Vec::new();
+        names_under(&src, &src, &mut want);
+        want.sort();
+
+        // `find`: the names and kinds of the source, two listing requests per directory
+        // (the entries, then their end) and nothing else but the root's.
+        let mnt = dir.path().join("mnt");
+        let m = mount(&image, &mnt, &MountConfig::default(), &transport);
+        let mut got = Vec::new();
+        names_under(&mnt, &mnt, &mut got);
+        got.sort();
+        assert_eq!(got, want, "{transport:?}");
+        let listed_dirs = (dirs * 2 + 1) as u64;
+        assert_eq!(m.probe.bare_entries(), (dirs * files) as u64);
+        assert_eq!(m.probe.late_lookups(), 0);
+        let asked = m.probe.requests();
+        assert!(
+            asked <= 2 * listed_dirs + 4,
+            "{transport:?}: {asked} requests to list {listed_dirs} directories"
+        );
+        drop(m);
+
+        // `du` on a fresh mount: each directory listed then its entries stat'ed. The first
+        // 64 file stats are LOOKUPs; then listings give every attribute, and stats are free.
+        let m = mount(&image, &mnt, &MountConfig::default(), &transport);
+        let mut stated = Vec::new();
+        stat_under(&mnt, &mnt, &mut stated);
+        stated.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(stated.len(), want.len());
+        for ((path, meta), (want_path, is_dir)) in stated.iter().zip(&want) {
+            assert_eq!(path, want_path);
+            let source = fs::symlink_metadata(src.join(path)).unwrap();
+            assert_eq!(meta.is_dir(), *is_dir);
+            assert_eq!(meta.mode(), source.mode(), "{}", path.display());
+            if !is_dir {
+                assert_eq!(meta.len(), source.len(), "{}", path.display());
+            }
+        }
+        assert_eq!(m.probe.late_lookups(), 64, "{transport:?}");
+        let asked = m.probe.requests();
+        assert!(
+            asked <= 2 * listed_dirs + 64 + 2 * files as u64 + 8,
+            "{transport:?}: {asked} requests to stat {} entries",
+            want.len()
+        );
     }
 }

@@ -202,6 +202,14 @@ pub struct ImageStatus {
     /// listing of the same directory to fill the kernel's cache, and were then answered short.
     #[serde(default)]
     pub waited_listings: u64,
+    /// Entries other than directories that listings gave without their attributes, as walks
+    /// did not stat what they listed (the kernel made no inode for them).
+    #[serde(default)]
+    pub bare_entries: u64,
+    /// Lookups of non-directories while listings were bare: past a share of the bare entries,
+    /// listings give every entry's attributes again.
+    #[serde(default)]
+    pub late_lookups: u64,
     /// Bytes read from the image file.
     pub bytes_read: u64,
     /// Whether the image has a budget of its own instead of the shared one.

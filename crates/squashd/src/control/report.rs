@@ -88,17 +88,18 @@ impl Probe {
         }
     }
 
-    /// Listing requests, those of them given the short answer, those given unlinked entries,
-    /// and those that waited for another listing's fill (FUSE path only).
-    fn listings(&self) -> (u64, u64, u64, u64) {
+    /// What the listing requests got (FUSE path only; zeros on the kernel path).
+    fn listings(&self) -> ListingCounts {
         match self {
-            Probe::Fuse(p) => (
-                p.listings(),
-                p.short_listings(),
-                p.unlinked_listings(),
-                p.waited_listings(),
-            ),
-            Probe::Kernel(_) => (0, 0, 0, 0),
+            Probe::Fuse(p) => ListingCounts {
+                requests: p.listings(),
+                short: p.short_listings(),
+                unlinked: p.unlinked_listings(),
+                waited: p.waited_listings(),
+                bare_entries: p.bare_entries(),
+                late_lookups: p.late_lookups(),
+            },
+            Probe::Kernel(_) => ListingCounts::default(),
         }
     }
 
@@ -421,8 +422,7 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         ),
     };
     let transport = served.probe.transport();
-    let (listing_requests, short_listings, unlinked_listings, waited_listings) =
-        served.probe.listings();
+    let listings = served.probe.listings();
     let status = ImageStatus {
         image: served.image_path.clone(),
         mountpoint: mountpoint.to_path_buf(),
@@ -445,10 +445,12 @@ fn image_status(mountpoint: &Path, served: &ServedImage) -> (ImageStatus, Option
         open_handles: served.probe.open_handles(),
         errors,
         requests: served.probe.requests(),
-        listing_requests,
-        short_listings,
-        unlinked_listings,
-        waited_listings,
+        listing_requests: listings.requests,
+        short_listings: listings.short,
+        unlinked_listings: listings.unlinked,
+        waited_listings: listings.waited,
+        bare_entries: listings.bare_entries,
+        late_lookups: listings.late_lookups,
         bytes_read: stats.bytes_read,
         private_cache: served.private_cache,
         cache: tiers(&stats),
@@ -536,4 +538,15 @@ fn rss_bytes() -> u64 {
         .flatten()
         .unwrap_or(4096);
     pages * page.max(0) as u64
+}
+
+/// A FUSE mount's listing counters, as [`ImageStatus`] shows them.
+#[derive(Debug, Default)]
+struct ListingCounts {
+    requests: u64,
+    short: u64,
+    unlinked: u64,
+    waited: u64,
+    bare_entries: u64,
+    late_lookups: u64,
 }

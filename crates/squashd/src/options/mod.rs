@@ -118,6 +118,8 @@ pub(crate) struct Options {
     pub(crate) flags: MountFlags,
     /// FUSE over io_uring (`uring=`), for a FUSE mount and the kernel path's blob file system.
     pub(crate) uring: squashd_fuse::server::UringMode,
+    /// Which entries a FUSE mount's listings give with their attributes (`listing_attrs=`).
+    pub(crate) listing_attrs: squashd_fuse::ListingAttrs,
     /// Threads serving FUSE requests (`threads=`).
     pub(crate) threads: usize,
     /// Threads decompressing ahead of sequential readers (`readahead_threads=`; 0: none).
@@ -172,6 +174,7 @@ impl Options {
             owner: None,
             flags: MountFlags::default(),
             uring: squashd_fuse::server::UringMode::Off,
+            listing_attrs: squashd_fuse::ListingAttrs::Auto,
             threads: 1,
             read_ahead_threads: 0,
             read_ahead_bytes: 0,

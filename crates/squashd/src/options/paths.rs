@@ -27,6 +27,7 @@ impl Options {
             flags: self.flags.fuse_names(),
             owner: self.owner,
             uring: self.uring,
+            listing_attrs: self.listing_attrs,
             ..MountConfig::default()
         }
     }

@@ -10,6 +10,7 @@
 use super::flags::MountFlag;
 use super::{Engine, Options};
 use squashd_fuse::server::UringMode;
+use squashd_fuse::ListingAttrs;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -259,6 +260,24 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
             };
             o.uring =
                 UringMode::parse(text).ok_or_else(|| format!("{text:?} is not auto, on or off"))?;
+            Ok(())
+        },
+    },
+    OptionSpec {
+        name: "listing_attrs",
+        root_only: None,
+        value: Value::Text("auto|all"),
+        default: DefaultValue::Value("auto"),
+        help: "which entries a FUSE mount's listings give the kernel with their attributes: \
+               auto gives directories always and files while walks stat them (a `find` makes \
+               no inode per file, a `du` switches after a few lookups), all gives every entry",
+        apply: |o, a| {
+            let text = match a {
+                Arg::Text(text) => text,
+                _ => "",
+            };
+            o.listing_attrs = ListingAttrs::parse(text)
+                .ok_or_else(|| format!("{text:?} is not auto or all"))?;
             Ok(())
         },
     },

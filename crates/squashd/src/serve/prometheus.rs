@@ -360,6 +360,8 @@ mod tests {
             short_listings: 0,
             unlinked_listings: 0,
             waited_listings: 0,
+            bare_entries: 0,
+            late_lookups: 0,
             bytes_read: 100,
             private_cache: false,
             cache: TierSet::default(),

@@ -81,7 +81,8 @@ impl AttrPolicy {
         if listed > WINDOW {
             // Racing halvings lose a little history; the policy only needs its trend.
             self.bare.store(listed / 2, Ordering::Relaxed);
-            self.late.store(self.late.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+            self.late
+                .store(self.late.load(Ordering::Relaxed) / 2, Ordering::Relaxed);
         }
     }
 

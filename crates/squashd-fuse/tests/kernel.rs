@@ -394,7 +394,10 @@ fn names_under(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, bool)>) {
     for entry in fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let is_dir = entry.file_type().unwrap().is_dir();
-        out.push((entry.path().strip_prefix(base).unwrap().to_path_buf(), is_dir));
+        out.push((
+            entry.path().strip_prefix(base).unwrap().to_path_buf(),
+            is_dir,
+        ));
         if is_dir {
             names_under(&entry.path(), base, out);
         }

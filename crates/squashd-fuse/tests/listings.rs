@@ -11,7 +11,7 @@ use squashd_core::{Image, OpenOptions};
 use squashd_fuse::fs::{
     with_listing_waits, DirectoryEntry, DirectoryEntryPlus, DirectoryPlusReplier, DirectoryReplier,
 };
-use squashd_fuse::{MountConfig, SquashFs};
+use squashd_fuse::{ListingAttrs, MountConfig, SquashFs};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
@@ -161,7 +161,13 @@ fn big_directory() -> Option<(SquashFs, INodeNo)> {
         &OpenOptions::default(),
     )
     .unwrap();
-    let fs = SquashFs::new(image, &MountConfig::default()).unwrap();
+    // Every entry linked, as a walk that stats them gets: which opener links is the subject
+    // here (the bare entries of a walk that does not stat are `answers.rs`'s).
+    let config = MountConfig {
+        listing_attrs: ListingAttrs::All,
+        ..MountConfig::default()
+    };
+    let fs = SquashFs::new(image, &config).unwrap();
     fs.set_no_opendir(true);
     let big = fs.lookup(ROOT, OsStr::new("big")).unwrap().attr.ino;
     Some((fs, big))

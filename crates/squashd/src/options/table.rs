@@ -276,8 +276,8 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
                 Arg::Text(text) => text,
                 _ => "",
             };
-            o.listing_attrs = ListingAttrs::parse(text)
-                .ok_or_else(|| format!("{text:?} is not auto or all"))?;
+            o.listing_attrs =
+                ListingAttrs::parse(text).ok_or_else(|| format!("{text:?} is not auto or all"))?;
             Ok(())
         },
     },

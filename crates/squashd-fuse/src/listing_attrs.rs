@@ -13,22 +13,26 @@
 //! So directories always come with their attributes (a walk opens each of them: one LOOKUP
 //! saved per directory), and other entries come with theirs only while the mount's walks stat
 //! what they list. That is learnt from the LOOKUPs of non-directories ("late" lookups, of
-//! entries listed without attributes): while at least one entry in [`LATE_SHARE`] of those
-//! listed bare is looked up afterwards (and at least [`LATE_MIN`] of them), listings give
-//! every entry's attributes, for the next [`HOLD`] entries listed; then bare listings are
-//! tried again. A `du` of a cold mount so pays a few hundred LOOKUPs before its listings carry
-//! attributes again; a `find` pays none.
+//! entries listed without attributes): once [`LATE_MIN`] of them come within the last
+//! [`WINDOW`] or so entries listed bare, listings give every entry's attributes, for the next
+//! [`HOLD`] entries listed; then bare listings are tried again. No share of the entries listed
+//! is asked for: a walk that stats what it lists may list far ahead of its stats (`du`'s
+//! `fts` stats an entry when it visits it, after the subtrees before it), so the share seen at
+//! any moment says little. A `du` of a cold mount so pays a few hundred LOOKUPs before its
+//! listings carry attributes again (those of entries listed bare before the switch); a `find`
+//! pays none, and a names-only walk with a few stats gets what every entry linked gives.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// One late lookup in this many entries listed bare makes listings carry every attribute.
-pub(crate) const LATE_SHARE: u64 = 4;
-/// Late lookups needed before the share counts (an `ls -l` of one directory does not switch).
+/// Late lookups that make listings carry every attribute (an `ls -l` of a small directory,
+/// or a few imports, do not).
 pub(crate) const LATE_MIN: u64 = 64;
-/// Entries listed with every attribute before bare listings are tried again.
-pub(crate) const HOLD: u64 = 1 << 16;
-/// Past this many entries listed bare, both counts are halved: the share follows recent walks.
-const WINDOW: u64 = 1 << 14;
+/// Entries listed with every attribute before bare listings are tried again: past a whole
+/// `/usr` (180k entries), so that one `du` of it probes once.
+pub(crate) const HOLD: u64 = 1 << 18;
+/// Past this many entries listed bare, both counts are halved: late lookups spread thin over
+/// a long names-only walk do not add up to a switch.
+pub(crate) const WINDOW: u64 = 1 << 14;
 
 /// How a mount's listings choose to give attributes, and what it learnt.
 #[derive(Debug)]
@@ -92,7 +96,7 @@ impl AttrPolicy {
             return;
         }
         let late = self.late.fetch_add(1, Ordering::Relaxed) + 1;
-        if late >= LATE_MIN && late * LATE_SHARE >= self.bare.load(Ordering::Relaxed) {
+        if late >= LATE_MIN {
             self.held.store(0, Ordering::Relaxed);
             self.all.store(true, Ordering::Relaxed);
         }
@@ -117,19 +121,15 @@ mod tests {
     }
 
     #[test]
-    fn stat_walks_switch_within_the_minimum_then_try_bare_again() {
+    fn stat_walks_switch_at_the_minimum_then_try_bare_again() {
         let attrs = AttrPolicy::new(true);
+        // Listings far ahead of the stats, as `du` walks.
+        attrs.listed(WINDOW, true);
         let mut late = 0;
-        for _ in 0..10 {
-            attrs.listed(20, true);
-            for _ in 0..20 {
-                if !attrs.all() {
-                    attrs.looked_up();
-                    late += 1;
-                }
-            }
+        while !attrs.all() {
+            attrs.looked_up();
+            late += 1;
         }
-        assert!(attrs.all());
         assert_eq!(late, LATE_MIN);
         attrs.listed(HOLD - 1, false);
         assert!(attrs.all());
@@ -138,11 +138,11 @@ mod tests {
     }
 
     #[test]
-    fn a_rare_share_of_stats_does_not_switch() {
+    fn late_lookups_spread_over_a_long_walk_do_not_add_up() {
         let attrs = AttrPolicy::new(true);
-        for _ in 0..200 {
-            attrs.listed(LATE_SHARE * 10, true);
-            for _ in 0..9 {
+        for _ in 0..100 {
+            attrs.listed(WINDOW / 8, true);
+            for _ in 0..LATE_MIN / 16 {
                 attrs.looked_up();
             }
         }

@@ -363,15 +363,15 @@ fn readdirplus_links_files_once_walks_stat_them() {
     assert_eq!(probe.bare_entries(), files);
     assert_eq!(probe.late_lookups(), 0);
 
-    // A `du`: each file looked up after the listing. Once one in 4 of the bare entries was
-    // (and at least 64), listings link every entry, and lookups are no longer late.
+    // A `du`: each file looked up after the listing. Once 64 were, listings link every
+    // entry, and lookups are no longer late.
     for ((_, name, attr, _), _) in all[2..].iter().filter(|e| !e.1) {
         let looked_up = fs.lookup(big, OsStr::from_bytes(name)).unwrap();
         assert_eq!(looked_up.attr.ino, attr.ino);
         let meta = fs::symlink_metadata(fx.src("big").join(OsStr::from_bytes(name))).unwrap();
         assert_eq!(looked_up.attr.size, meta.size());
     }
-    assert_eq!(probe.late_lookups(), files.div_ceil(4).max(64));
+    assert_eq!(probe.late_lookups(), 64);
     let again = list_all_plus(&fs, big);
     assert!(again[2..].iter().all(|e| e.1), "every entry linked");
     assert_eq!(probe.bare_entries(), files);

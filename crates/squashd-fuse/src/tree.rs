@@ -43,7 +43,7 @@ impl ServedTree {
             });
         }
         Ok(ServedTree {
-            nodes: NodeMap::new(root.number, root.id),
+            nodes: NodeMap::new(root.number, root.id, image.inode_count()),
             owner: Owner {
                 uid: config.uid,
                 gid: config.gid,

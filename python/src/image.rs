@@ -20,6 +20,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 /// Bytes decompressed ahead of each sequential reader, as a mount's default `readahead`.
 const READ_AHEAD_WINDOW: u64 = 2 << 20;
+/// Bytes of the data cache kept for blocks read ahead and not yet read, with read-ahead on (at
+/// most a quarter of the data budget). Read-ahead across files keeps up to 128 files and 4 MiB
+/// of their blocks ahead of the reader, beside the fragment blocks of their tail ends; the
+/// cache's default room for them (3% of 128 MiB, split between 8 shards: ~0.5 MiB, 4 blocks of
+/// 128 KiB a shard) evicted some before their reader came, and a walk of every file of a
+/// 530 MB environment decompressed ~10 MB twice (bench/results/2026-11-27-python-s11.md).
+const READ_AHEAD_ROOM: u64 = 32 << 20;
 
 /// An opened SquashFS image.
 #[pyclass(subclass, frozen, module = "squashd._native", name = "Image")]
@@ -115,7 +122,7 @@ impl NativeImage {
         if offset.is_some() && partition.is_some() {
             return Err(PyValueError::new_err("give offset or partition, not both"));
         }
-        let budgets = budgets(cache)?;
+        let mut budgets = budgets(cache)?;
         let what = target_name(target);
         let target_source = self::target(target)?;
         let is_python_file = matches!(target_source, Target::PyFile(_));
@@ -128,6 +135,15 @@ impl NativeImage {
             pyo3::exceptions::PyOSError::new_err((errno, message, what.clone_ref(py)))
         })?;
         let name = opened.name.to_string();
+        // A file object's reads are serialized on it: threads would only wait for each other.
+        let threads = if is_python_file {
+            0
+        } else {
+            read_ahead.unwrap_or_else(squashd_core::cores)
+        };
+        if threads > 0 {
+            budgets = budgets.with_data_waiting(READ_AHEAD_ROOM.min(budgets.data_bytes / 4));
+        }
         let options = OpenOptions::default()
             .with_budgets(budgets)
             .with_offset(opened.offset);
@@ -135,12 +151,6 @@ impl NativeImage {
         let image = py
             .detach(|| Image::from_source(source, name.clone().into(), &options))
             .map_err(|e| OpError::from(e).into_pyerr(py, &name, None))?;
-        // A file object's reads are serialized on it: threads would only wait for each other.
-        let threads = if is_python_file {
-            0
-        } else {
-            read_ahead.unwrap_or_else(squashd_core::cores)
-        };
         if opened.remote.is_none() && !is_python_file {
             image.prefetch_metadata();
         }

@@ -85,6 +85,17 @@ impl<V: CacheValue> BlockCache<V> {
     /// one shard, so the shard count is chosen to leave each shard room for several of the
     /// largest values.
     pub fn new(capacity: u64, max_value: u64) -> Self {
+        Self::with_waiting_room(capacity, max_value, 0)
+    }
+
+    /// [`BlockCache::new`], keeping `waiting` bytes of `capacity` for values loaded and not yet
+    /// used again. quick_cache evicts by CLOCK-Pro: a new value waits in a "cold" ring, and only
+    /// a value used while there moves to the "hot" part; a full cache evicts from the cold ring
+    /// first. By default the ring is 3% of the capacity (split between shards), room enough for
+    /// values loaded by the reader that uses them at once, but not for values loaded ahead of
+    /// their reader: a window of read-ahead larger than the ring has its values evicted before
+    /// their reader comes, and loaded again. 0: quick_cache's default.
+    pub fn with_waiting_room(capacity: u64, max_value: u64, waiting: u64) -> Self {
         let counters = CacheCounters::default();
         let cache = (capacity > 0).then(|| {
             let cores = crate::cores();
@@ -92,7 +103,12 @@ impl<V: CacheValue> BlockCache<V> {
             let shards = by_room.min(cores * 4).max(1);
             let shards = 1usize << shards.ilog2();
             let average = (max_value / 2).max(1);
-            let options = OptionsBuilder::new()
+            let mut options = OptionsBuilder::new();
+            if waiting > 0 {
+                // The hot part is what the ring leaves; the share applies to every shard.
+                options.hot_allocation(1.0 - (waiting.min(capacity) as f64 / capacity as f64));
+            }
+            let options = options
                 .shards(shards)
                 .estimated_items_capacity((capacity / average).clamp(16, 1 << 20) as usize)
                 .weight_capacity(capacity)

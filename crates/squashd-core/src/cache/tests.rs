@@ -257,3 +257,32 @@ fn a_block_peeked_at_is_not_kept_as_one_used_again() {
         "the block peeked at was kept"
     );
 }
+
+/// Fills a one-shard cache of 64 KiB with 60 values of 1 KiB used twice (fragment blocks that
+/// several files share), then loads 16 more that are not used yet (blocks read ahead, waiting
+/// for their reader): how many of those 16 are still held.
+fn values_read_ahead_still_held(waiting: u64) -> usize {
+    let cache = BlockCache::<Arc<[u8]>>::with_waiting_room(64 << 10, 16 << 10, waiting);
+    let load = |pos| cache.get_or_load(key(pos), None, || Ok::<_, ()>(block(1024)));
+    for pos in 0..60 {
+        load(pos).unwrap();
+    }
+    for pos in 0..60 {
+        load(pos).unwrap();
+    }
+    for pos in 100..116 {
+        load(pos).unwrap();
+    }
+    (100..116)
+        .filter(|&pos| cache.peek(&key(pos)).is_some())
+        .count()
+}
+
+#[test]
+fn values_loaded_ahead_wait_in_the_room_kept_for_them() {
+    // quick_cache's own ring (3% of the capacity, 2 KiB) evicts all but the last few before
+    // they are used: a reader would load them again.
+    assert!(values_read_ahead_still_held(0) <= 4);
+    // With 24 KiB kept for them, values used before make room (the hot part shrinks).
+    assert_eq!(values_read_ahead_still_held(24 << 10), 16);
+}

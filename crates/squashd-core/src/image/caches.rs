@@ -17,6 +17,11 @@ pub struct CacheBudgets {
     /// Compressed data blocks as read from the image: a second tier that saves the I/O (not the
     /// decompression) of blocks evicted from the data tier. 0 disables it.
     pub compressed_bytes: u64,
+    /// Bytes of `data_bytes` kept for blocks loaded and not yet used again, where blocks read
+    /// ahead wait for their reader (see [`crate::cache::BlockCache::with_waiting_room`]). 0:
+    /// the cache's default, 3% of `data_bytes`, enough for read-ahead windows of a few blocks
+    /// per reader; a reader with a larger window sets it to hold that window.
+    pub data_waiting_bytes: u64,
 }
 
 impl CacheBudgets {
@@ -27,12 +32,20 @@ impl CacheBudgets {
             metadata_bytes,
             data_bytes,
             compressed_bytes: 0,
+            data_waiting_bytes: 0,
         }
     }
 
     /// These budgets with a compressed tier of `bytes` (0 turns it off).
     pub const fn with_compressed(mut self, bytes: u64) -> Self {
         self.compressed_bytes = bytes;
+        self
+    }
+
+    /// These budgets with `bytes` of the data tier kept for blocks read ahead and not yet read
+    /// ([`CacheBudgets::data_waiting_bytes`]; 0: the cache's default).
+    pub const fn with_data_waiting(mut self, bytes: u64) -> Self {
+        self.data_waiting_bytes = bytes;
         self
     }
 }
@@ -59,7 +72,11 @@ impl Caches {
     pub fn new(budgets: &CacheBudgets) -> Self {
         Caches {
             metadata: BlockCache::new(budgets.metadata_bytes, METADATA_BLOCK_SIZE as u64 + 64),
-            data: BlockCache::new(budgets.data_bytes, MAX_BLOCK_SIZE as u64),
+            data: BlockCache::with_waiting_room(
+                budgets.data_bytes,
+                MAX_BLOCK_SIZE as u64,
+                budgets.data_waiting_bytes,
+            ),
             compressed: BlockCache::new(budgets.compressed_bytes, MAX_BLOCK_SIZE as u64),
             budgets: *budgets,
         }

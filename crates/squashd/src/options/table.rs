@@ -51,11 +51,19 @@ pub(super) enum Arg<'a> {
     Text(&'a str),
 }
 
-impl Arg<'_> {
+impl<'a> Arg<'a> {
     pub(super) fn number(self) -> u64 {
         match self {
             Arg::Number(n) => n,
             _ => 0,
+        }
+    }
+
+    /// The text of a [`Value::Text`] option ("" for other kinds).
+    pub(super) fn text(self) -> &'a str {
+        match self {
+            Arg::Text(text) => text,
+            _ => "",
         }
     }
 }
@@ -246,18 +254,16 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         name: "uring",
         root_only: None,
         value: Value::Text("auto|on|off"),
-        // Off by default: the ring wins walks, but a daemon with many images is ready later
-        // over it, which issue 27 does not allow (bench/results/2026-11-26-uring-s6.md).
+        // Off by default: as a daemon (its own scheduling group, as a service is) the ring was
+        // slower than /dev/fuse for cold walks and reads, and 69 images were ready later
+        // (bench/results/2026-11-27-s11.md).
         default: DefaultValue::Value("off"),
         help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it, on \
                refuses to mount without it, off keeps /dev/fuse; the admin enables it with \
                fuse.enable_uring=1 on the kernel command line or `echo 1 > \
                /sys/module/fuse/parameters/enable_uring`",
         apply: |o, a| {
-            let text = match a {
-                Arg::Text(text) => text,
-                _ => "",
-            };
+            let text = a.text();
             o.uring =
                 UringMode::parse(text).ok_or_else(|| format!("{text:?} is not auto, on or off"))?;
             Ok(())
@@ -272,10 +278,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
                auto gives directories always and files while walks stat them (a `find` makes \
                no inode per file, a `du` switches after a few lookups), all gives every entry",
         apply: |o, a| {
-            let text = match a {
-                Arg::Text(text) => text,
-                _ => "",
-            };
+            let text = a.text();
             o.listing_attrs =
                 ListingAttrs::parse(text).ok_or_else(|| format!("{text:?} is not auto or all"))?;
             Ok(())

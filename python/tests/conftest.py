@@ -43,6 +43,24 @@ def have(program: str) -> bool:
     return shutil.which(program) is not None
 
 
+def random_files_image(tmp_path: Path, count: int, size_of, name_of) -> tuple:
+    """An image (zstd, 4 KiB blocks) whose directory `d` holds `count` files of random bytes,
+    file i named `name_of(i)` and `size_of(i)` bytes long: the image's path and each file's
+    bytes by name. Skips the test when mksquashfs is missing."""
+    if not have("mksquashfs"):
+        skip("mksquashfs (squashfs-tools) is not installed")
+    tree_dir = tmp_path / "tree" / "d"
+    tree_dir.mkdir(parents=True)
+    contents = {}
+    for i in range(count):
+        contents[name_of(i)] = os.urandom(size_of(i))
+        (tree_dir / name_of(i)).write_bytes(contents[name_of(i)])
+    image_path = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", str(tree_dir.parent), str(image_path), "-comp", "zstd", "-b", "4K",
+                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    return image_path, contents
+
+
 @pytest.fixture(scope="session")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("squashd-py")

@@ -45,14 +45,19 @@ def _data_cache(image) -> dict:
     return image.stats()["cache"]["data"]
 
 
+def _read_in_pieces(f, size: int) -> bytes:
+    """Everything left in file object `f`, read `size` bytes at a time."""
+    got = b""
+    while chunk := f.read(size):
+        got += chunk
+    return got
+
+
 def test_whole_blocks_of_reads_are_not_cached_with_read_ahead_off(image_and_data):
     path, data = image_and_data
     with squashd.open(path, read_ahead=0) as image:
         with image.open("big", buffering=0) as f:
-            got = b""
-            while chunk := f.read(4 * BLOCK):
-                got += chunk
-        assert got == data
+            assert _read_in_pieces(f, 4 * BLOCK) == data
         after = _data_cache(image)
         # Each block decompressed once, none kept.
         assert after["loads"] == BLOCKS + 1, after
@@ -102,10 +107,7 @@ def test_a_stream_read_ahead_decompresses_each_block_once(image_and_data):
     path, data = image_and_data
     with squashd.open(path, read_ahead=2) as image:
         with image.open("big", buffering=0) as f:
-            got = b""
-            while chunk := f.read(2 * BLOCK):
-                got += chunk
-        assert got == data
+            assert _read_in_pieces(f, 2 * BLOCK) == data
         after = _data_cache(image)
     # The workers and the reader share the blocks out through the cache: none twice.
     assert after["loads"] == BLOCKS + 1, after

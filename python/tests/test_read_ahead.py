@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import squashd
+from conftest import random_files_image
 
 
 def _read_in_order(image, directory):
@@ -125,19 +126,9 @@ def test_a_directory_read_in_order_with_read_ahead_decompresses_each_block_once(
     """The reader and the workers share a directory's files out (claims): every file's bytes
     come back, and the blocks decompressed are those a reader alone decompresses (a block can
     be loaded twice only in the instant a worker starts it as the reader comes to its file)."""
-    if shutil.which("mksquashfs") is None:
-        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
-        pytest.skip("mksquashfs is not installed")
-    tree = tmp_path / "tree" / "d"
-    tree.mkdir(parents=True)
-    contents = {}
-    for i in range(60):
-        # 4 KiB blocks: files of several blocks, and tail ends shared in fragment blocks.
-        contents[f"f{i:02}"] = os.urandom(300 + (i * 2654435761) % 30000)
-        (tree / f"f{i:02}").write_bytes(contents[f"f{i:02}"])
-    image_path = tmp_path / "tree.sqfs"
-    subprocess.run(["mksquashfs", str(tree.parent), str(image_path), "-comp", "zstd", "-b", "4K",
-                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    # 4 KiB blocks: files of several blocks, and tail ends shared in fragment blocks.
+    image_path, contents = random_files_image(
+        tmp_path, 60, lambda i: 300 + (i * 2654435761) % 30000, lambda i: f"f{i:02}")
     loads = {}
     for read_ahead in (0, 2):
         with squashd.open(image_path, read_ahead=read_ahead) as image:

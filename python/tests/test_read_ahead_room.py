@@ -5,32 +5,18 @@ reader comes, to decompress them a second time."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 
-import pytest
-
 import squashd
+from conftest import random_files_image
 
 
 def test_blocks_read_ahead_in_a_full_cache_wait_for_their_reader(tmp_path):
-    if shutil.which("mksquashfs") is None:
-        print("SKIPPED: mksquashfs (squashfs-tools) is not installed")
-        pytest.skip("mksquashfs is not installed")
-    tree = tmp_path / "tree" / "d"
-    tree.mkdir(parents=True)
-    contents = {}
-    for i in range(3000):
-        # Small files, their bytes in 4 KiB fragment blocks (~4.5 MB), which fill a 2 MiB data
-        # cache. Read-ahead's window (128 files, ~50 fragment blocks) waits among the blocks not
-        # yet used again, for which the cache keeps 3% of its budget (~60 KiB) by default.
-        contents[f"f{i:04}"] = os.urandom(100 + (i * 2654435761) % 3000)
-        (tree / f"f{i:04}").write_bytes(contents[f"f{i:04}"])
-    image_path = tmp_path / "tree.sqfs"
-    subprocess.run(["mksquashfs", str(tree.parent), str(image_path), "-comp", "zstd", "-b", "4K",
-                    "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+    # Small files, their bytes in 4 KiB fragment blocks (~4.5 MB), which fill a 2 MiB data
+    # cache. Read-ahead's window (128 files, ~50 fragment blocks) waits among the blocks not
+    # yet used again, for which the cache keeps 3% of its budget (~60 KiB) by default.
+    image_path, contents = random_files_image(
+        tmp_path, 3000, lambda i: 100 + (i * 2654435761) % 3000, lambda i: f"f{i:04}")
     loads = {}
     for read_ahead in (0, 2):
         with squashd.open(image_path, read_ahead=read_ahead, cache={"data": 2 << 20}) as image:

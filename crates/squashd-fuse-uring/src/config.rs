@@ -21,14 +21,22 @@ pub struct UringConfig {
     /// one has an entry, so this must be [`possible_cpus`].
     pub cpus: usize,
     /// How the transport starts. `None`: `queue_depth` threads per CPU at once, each with one
-    /// entry of that CPU's queue, all pinned to it. `Some(n)`: an idle start, for a mount that
+    /// entry of that CPU's queue (pinned to it if [`UringConfig::pin_threads`]). `Some(n)`: an idle start, for a mount that
     /// may stay idle (a daemon's dozens of images): one thread with one io_uring holds one entry
-    /// of every CPU's queue (the kernel's minimum for using the ring at all; the thread pins
-    /// itself to each request's CPU as it answers), and the
+    /// of every CPU's queue (the kernel's minimum for using the ring at all; if pinning, the
+    /// thread pins itself to each request's CPU as it answers), and the
     /// per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
     /// queue by the requester's CPU, not by the thread that registered its entries
     /// (`fuse_uring_task_to_queue` in `fs/fuse/dev_uring.c`), so one thread can serve them all.
     pub per_cpu_after: Option<u64>,
+    /// Whether each queue's threads pin themselves to the queue's CPU (and the idle start's
+    /// thread to each request's CPU as it answers), so that an answer wakes its requester on
+    /// the requester's own CPU. It pays only when the server shares the requesters' scheduling
+    /// group: a daemon in a group of its own (its session's autogroup, a service's cgroup)
+    /// switches groups on that CPU at every round trip, and walked a cold tree about a fifth
+    /// slower pinned than unpinned (bench/results/2026-11-27-s11.md, section 6). Off unless asked for
+    /// ([`UringConfig::pinned`]).
+    pub pin_threads: bool,
 }
 
 impl UringConfig {
@@ -44,7 +52,17 @@ impl UringConfig {
             payload_size: UringConfig::required_payload_size(max_write, max_pages),
             cpus: possible_cpus()?,
             per_cpu_after: None,
+            pin_threads: false,
         })
+    }
+
+    /// This config with every queue thread pinned to its queue's CPU (see
+    /// [`UringConfig::pin_threads`]).
+    pub fn pinned(self) -> UringConfig {
+        UringConfig {
+            pin_threads: true,
+            ..self
+        }
     }
 
     /// This config with an idle start: per-CPU queues only after `requests` requests (see
@@ -198,6 +216,7 @@ mod tests {
             payload_size: 128 << 10,
             cpus: 4,
             per_cpu_after: None,
+            pin_threads: false,
         };
         let memory = ring_memory(&config);
         assert!(memory >= 4 * 2 * (128 << 10));

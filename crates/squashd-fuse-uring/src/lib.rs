@@ -74,12 +74,14 @@
 //! Each queue thread has its own io_uring (single issuer, deferred task work: the kernel copies
 //! requests into a thread's buffers only while it waits for completions, never while the
 //! handler reads or writes them). By default there are `queue_depth` per CPU, each with one
-//! entry of that CPU's queue, all pinned to the CPU. With an idle start
-//! ([`UringConfig::idle_start`]), for mounts that may stay idle, one thread first holds one
-//! entry of every CPU's queue (pinning itself to each request's CPU as it answers), and starts
-//! the per-CPU threads once it has answered the given number of requests: an idle mount costs
-//! one thread, one io_uring and one entry per CPU. Every answer is thus committed on the CPU
-//! its requester sleeps on, so the requester's wake-up does not cross CPUs;
+//! entry of that CPU's queue. With an idle start ([`UringConfig::idle_start`]), for mounts
+//! that may stay idle, one thread first holds one entry of every CPU's queue, and starts the
+//! per-CPU threads once it has answered the given number of requests: an idle mount costs one
+//! thread, one io_uring and one entry per CPU. With [`UringConfig::pinned`], each CPU's
+//! threads are pinned to it and the idle start's thread pins itself to each request's CPU as
+//! it answers, so that every answer is committed on the CPU its requester sleeps on and the
+//! requester's wake-up does not cross CPUs (worth it only for a server in its requesters'
+//! scheduling group: [`UringConfig::pin_threads`]);
 //! [`TransportStats::local_requests_per_queue`] counts the answers that were. Memory is
 //! entries x (payload + 288 bytes) plus the rings: at most [`ring_memory`], so far
 //! [`Transport::memory`]; a queue's payloads are one anonymous mapping, resident once

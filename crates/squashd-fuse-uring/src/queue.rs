@@ -40,9 +40,12 @@ pub(crate) struct Queue {
     label: String,
     /// The kernel queue (CPU) of each entry.
     entry_qids: Vec<u16>,
-    /// Whether this is the idle start's thread (entries of every CPU's queue; it follows its
-    /// requests' CPUs, and is counted apart in the stats).
+    /// Whether this is the idle start's thread (entries of every CPU's queue, counted apart in
+    /// the stats).
     idle_start: bool,
+    /// Whether this thread pins itself to each request's CPU as it answers (the idle start's,
+    /// with [`crate::UringConfig::pin_threads`]).
+    follows_requests: bool,
     /// The CPU the idle start's thread pinned itself to last.
     pinned_to: Option<u16>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
@@ -102,6 +105,7 @@ impl Queue {
             label,
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
+            follows_requests: layout.follows_requests(),
             pinned_to: None,
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
@@ -355,7 +359,7 @@ impl Queue {
         };
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
         let idle_start = self.idle_start;
-        if idle_start && self.pinned_to != Some(qid) {
+        if self.follows_requests && self.pinned_to != Some(qid) {
             // Answer on the requester's CPU (the queue's): its wake-up then stays on that CPU.
             // Left to the scheduler, this thread answered whole walks from the other CPU, and
             // kept them: an answer from afar frees the entry before the requester wakes, so the

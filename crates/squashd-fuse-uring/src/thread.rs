@@ -1,6 +1,6 @@
 //! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry of
-//! one CPU's queue, pinned to that CPU, or the idle start's thread with one entry of every
-//! CPU's queue, which follows its requests' CPUs), and its body: pin, wait for the go-ahead,
+//! one CPU's queue, pinned to that CPU if asked, or the idle start's thread with one entry of
+//! every CPU's queue, which then follows its requests' CPUs), and its body: pin, wait for the go-ahead,
 //! enable the ring made for it, register the entries, serve them (`queue.rs`) until the kernel
 //! lets go of them.
 
@@ -38,20 +38,23 @@ pub(crate) struct QueueLayout {
     /// sender and drops it once registered (or failed), and the pinned thread registers when
     /// all are gone ([`QueueLayout::per_cpu`] says why).
     siblings_registered: Option<Receiver<()>>,
-    /// Dropped once this thread registered (held by a CPU's threads but the pinned one).
+    /// Dropped once this thread registered (held by a CPU's threads but the first one).
     registered: Option<Sender<()>>,
+    /// Whether the thread pins itself to its CPU, or (the idle start's) to each request's
+    /// ([`UringConfig::pin_threads`]).
+    pin: bool,
 }
 
 impl QueueLayout {
-    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, all pinned
-    /// to that CPU.
+    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, pinned to
+    /// that CPU if `config.pin_threads`.
     ///
     /// One thread per entry, not one thread per queue: a thread answers one request at a time,
     /// and a request may wait (a decompression, a read of the image from disk). The kernel
     /// gives a request to any free entry of its CPU's queue, so entries of a thread busy with
     /// another request would hold theirs until it finished, while the CPU might be idle.
     ///
-    /// Every thread is pinned, not only the first: the kernel queues a request on the CPU its
+    /// When pinning, every thread is pinned, not only the first: the kernel queues a request on the CPU its
     /// requester runs on, and the requester sleeps there until the answer's commit wakes it; a
     /// commit from another CPU is a wake-up across CPUs (about 12 us on the benchmark VM, one
     /// per round trip). A walk does not stay on one entry (the kernel wakes the requester
@@ -74,18 +77,19 @@ impl QueueLayout {
             let (registered, siblings_registered) = mpsc::channel();
             let mut siblings_registered = Some(siblings_registered);
             for index in 0..depth {
-                let pinned = index == 0;
+                let first = index == 0;
                 layouts.push(QueueLayout {
                     entry_qids: vec![qid],
                     cpu: Some(qid),
                     index,
                     per_cpu_after: None,
-                    siblings_registered: if pinned {
+                    siblings_registered: if first {
                         siblings_registered.take()
                     } else {
                         None
                     },
-                    registered: (!pinned).then(|| registered.clone()),
+                    registered: (!first).then(|| registered.clone()),
+                    pin: config.pin_threads,
                 });
             }
         }
@@ -95,14 +99,18 @@ impl QueueLayout {
     /// The idle start's one thread: one entry of every CPU's queue (requests of every CPU come
     /// to it; it pins itself to each one's CPU as it answers), starting the per-CPU threads
     /// after `per_cpu_after` answers.
-    pub(crate) fn all_cpus(cpus: usize, per_cpu_after: u64) -> Result<QueueLayout, UringError> {
+    pub(crate) fn all_cpus(
+        config: &UringConfig,
+        per_cpu_after: u64,
+    ) -> Result<QueueLayout, UringError> {
         Ok(QueueLayout {
-            entry_qids: (0..cpus).map(qid).collect::<Result<_, _>>()?,
+            entry_qids: (0..config.cpus).map(qid).collect::<Result<_, _>>()?,
             cpu: None,
             index: 0,
             per_cpu_after: Some(per_cpu_after),
             siblings_registered: None,
             registered: None,
+            pin: config.pin_threads,
         })
     }
 
@@ -116,10 +124,15 @@ impl QueueLayout {
         }
     }
 
-    /// The CPU the thread is pinned to, if any: every thread of a CPU's queue is (the idle
-    /// start's thread pins itself to each request's CPU as it answers: `queue.rs`).
+    /// The CPU the thread is pinned to, if any: with pinning, every thread of a CPU's queue is
+    /// (the idle start's thread pins itself to each request's CPU as it answers: `queue.rs`).
     fn pinned_cpu(&self) -> Option<u16> {
-        self.cpu
+        self.cpu.filter(|_| self.pin)
+    }
+
+    /// Whether the idle start's thread follows each request's CPU.
+    pub(crate) fn follows_requests(&self) -> bool {
+        self.pin && self.is_idle_start()
     }
 
     /// Whether this is the idle start's thread (pinned to no CPU, an entry of every queue).

@@ -226,7 +226,7 @@ impl Transport {
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let layouts = match config.per_cpu_after {
-            Some(after) => vec![QueueLayout::all_cpus(config.cpus, after)?],
+            Some(after) => vec![QueueLayout::all_cpus(config, after)?],
             None => QueueLayout::per_cpu(config)?,
         };
         let mut prepared = PreparedTransport {

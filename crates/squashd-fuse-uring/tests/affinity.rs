@@ -21,7 +21,7 @@ fn a_lone_requesters_requests_are_answered_by_the_thread_pinned_to_its_cpu() {
     }
     let _uring = EnableUring::on();
     // Two entries per CPU, each with its thread, both pinned to the CPU; the first registers last.
-    let (mut mount, outcome) = TestMount::mount_with_ring(&TestMount::config(2), 1);
+    let (mut mount, outcome) = TestMount::mount_with_ring(&TestMount::config(2).pinned(), 1);
     outcome.expect("the ring registers");
     let cpus = cpus().min(4);
     for cpu in 0..cpus {

@@ -100,7 +100,7 @@ fn every_thread_of_a_cpus_queue_answers_on_that_cpu() {
     // Two entries per CPU, each with its thread. The first thread's entry takes a lone
     // requester's requests (it registers last); /slow's READ holds it, so the lookups go to
     // the other thread's entry.
-    let mount = mount_from_cpu0(TestMount::config(2));
+    let mount = mount_from_cpu0(TestMount::config(2).pinned());
     let stats = lookups_from_each_cpu(&mount, true);
     // Every thread of a queue runs on the queue's CPU: all answers are local.
     assert_local(&stats, 98);
@@ -116,7 +116,7 @@ fn the_idle_start_thread_answers_on_the_requests_cpu() {
     let _uring = EnableUring::on();
     // Only the idle start's thread, with one entry of every CPU's queue (the per-CPU threads
     // never start here): it answers every request, each on the CPU it came from.
-    let mount = mount_from_cpu0(TestMount::config(2).idle_start(u64::MAX));
+    let mount = mount_from_cpu0(TestMount::config(2).pinned().idle_start(u64::MAX));
     let stats = lookups_from_each_cpu(&mount, false);
     assert_eq!(stats.idle_thread_requests, stats.requests(), "{stats:?}");
     assert_local(&stats, 95);

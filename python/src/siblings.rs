@@ -61,9 +61,14 @@ use std::sync::{Arc, Mutex};
 const WINDOW_FILES: usize = 128;
 /// Bytes of data (each file's size, up to [`BLOCKS_PER_FILE`] blocks) kept queued ahead of the
 /// reader at most: blocks decompressed ahead wait in the data cache, and a walk's fragment
-/// blocks, which it comes back to long after their first file, need that cache too (a window of
-/// 16 MiB decompressed 30 MB more a walk of a 530 MB image, 4 MiB 6-10 MB more).
-const WINDOW_BYTES: u64 = 4 << 20;
+/// blocks, which it comes back to long after their first file, need that cache too. Since the
+/// cache keeps room for blocks read ahead (`READ_AHEAD_ROOM` in `image.rs`), windows of 4 to
+/// 32 MiB all decompressed 538 MB in a walk of a 530 MB image (before it, 16 MiB decompressed
+/// 30 MB more). 4 MiB is two large files' first blocks: the workers could not get further
+/// ahead of a reader among large files. 8 MiB made that walk 4-5% faster, with the reader's
+/// CPU lower in 10 of 10 interleaved runs; 16 and 32 MiB gave no more
+/// (bench/results/2026-12-07-python-s12.md).
+const WINDOW_BYTES: u64 = 8 << 20;
 /// Blocks of each file read ahead: a larger file's reader splits its read between threads.
 const BLOCKS_PER_FILE: u64 = 16;
 /// Jobs waiting at most: the window's, and those of files the reader came to that workers have

@@ -152,22 +152,23 @@ def test_the_window_holds_a_hundred_small_files(tmp_path):
     image_path, contents = _one_directory_image(tmp_path, [5000 + i for i in range(120)])
     with squashd.open(image_path, read_ahead=2) as image:
         assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
-        # The other 119 files (585 KB): within the window's 128 files and 4 MiB.
+        # The other 119 files (585 KB): within the window's 128 files and 8 MiB.
         ahead = _settle(image, 119)
         assert ahead["queued"] == 119, ahead
         _read_without_loads(image, contents, [f"pkg/f{i:03}" for i in range(1, 120)])
 
 
 def test_the_window_is_bounded_in_bytes(tmp_path):
-    """Large files are queued up to 4 MiB ahead (each file's size, up to 16 blocks), not 128 of
+    """Large files are queued up to 8 MiB ahead (each file's size, up to 16 blocks), not 128 of
     them: what the workers decompress ahead waits in the data cache, which the walk's fragment
-    blocks need too."""
+    blocks need too. Not 4 MiB: that held two large files' first blocks, too few for the
+    workers to keep ahead of a reader where a package's shared libraries lie."""
     image_path, contents = _one_directory_image(tmp_path, [300_000] * 30)
     with squashd.open(image_path, read_ahead=2) as image:
         assert image.read_bytes("pkg/f000") == contents["pkg/f000"]
-        # 13 files of 300,000 bytes fit in 4 MiB (4,194,304 bytes), 14 do not.
-        ahead = _settle(image, 13)
-        assert ahead["queued"] == 13, ahead
+        # 27 files of 300,000 bytes fit in 8 MiB (8,388,608 bytes), 28 do not.
+        ahead = _settle(image, 27)
+        assert ahead["queued"] == 27, ahead
         # Read on in order, the window moves on by batches and stays within its bytes.
         for i in range(1, 30):
             assert image.read_bytes(f"pkg/f{i:03}") == contents[f"pkg/f{i:03}"]

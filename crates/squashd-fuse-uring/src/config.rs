@@ -37,6 +37,14 @@ pub struct UringConfig {
     /// slower pinned than unpinned (bench/results/2026-11-27-s11.md, section 6). Off unless asked for
     /// ([`UringConfig::pinned`]).
     pub pin_threads: bool,
+    /// How long a queue thread that just answered keeps looking for its next request before it
+    /// sleeps (zero: it sleeps at once). A thread asleep lets its CPU go idle, and on a virtual
+    /// machine whose idle vCPUs halt (no guest halt polling) waking that CPU again costs a trip
+    /// through the hypervisor on every round trip: a cold walk of usr took 1.59-1.68 s without
+    /// spinning and 1.03-1.21 s with 50 us (bench/results/2026-12-07-s12.md). A thread spins
+    /// only while requests come that fast: after a wait that found nothing it sleeps at once
+    /// until a request follows its answer within this time again.
+    pub spin: std::time::Duration,
 }
 
 impl UringConfig {
@@ -53,7 +61,14 @@ impl UringConfig {
             cpus: possible_cpus()?,
             per_cpu_after: None,
             pin_threads: false,
+            spin: std::time::Duration::ZERO,
         })
+    }
+
+    /// This config with queue threads that look for their next request for `spin` before they
+    /// sleep (see [`UringConfig::spin`]).
+    pub fn spinning(self, spin: std::time::Duration) -> UringConfig {
+        UringConfig { spin, ..self }
     }
 
     /// This config with every queue thread pinned to its queue's CPU (see
@@ -217,6 +232,7 @@ mod tests {
             cpus: 4,
             per_cpu_after: None,
             pin_threads: false,
+            spin: std::time::Duration::ZERO,
         };
         let memory = ring_memory(&config);
         assert!(memory >= 4 * 2 * (128 << 10));

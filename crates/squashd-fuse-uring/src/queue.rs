@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -46,6 +47,9 @@ pub(crate) struct Queue {
     /// Whether this thread pins itself to each request's CPU as it answers (the idle start's,
     /// with [`crate::UringConfig::pin_threads`]).
     follows_requests: bool,
+    /// How long to look for the next request after an answer before sleeping
+    /// ([`crate::UringConfig::spin`]).
+    spin: Duration,
     /// The CPU the idle start's thread pinned itself to last.
     pinned_to: Option<u16>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
@@ -106,6 +110,7 @@ impl Queue {
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
             follows_requests: layout.follows_requests(),
+            spin: config.spin,
             pinned_to: None,
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
@@ -238,6 +243,7 @@ impl Queue {
         let mut error = None;
         let mut answered = 0u64;
         let mut busy = busy;
+        let mut spin = Spin::new(self.spin);
         while self.in_kernel.iter().any(|&held| held) {
             // Checked before each wait, not only after a completion: a transport stopped while
             // this thread was starting (an idle start's per-CPU threads) may have woken it
@@ -257,11 +263,17 @@ impl Queue {
             // submitted, and goes in with the wait.)
             let nothing_to_submit = self.ring.submission().is_empty();
             let completed = !self.ring.completion().is_empty();
-            let entered = if nothing_to_submit && completed {
+            let spun = !completed && spin.should_spin() && self.spin_for_request(spin.length);
+            if spun {
+                shared.spun_requests.fetch_add(1, Ordering::Relaxed);
+            }
+            let waited_from = (!spun && !completed).then(Instant::now);
+            let entered = if (nothing_to_submit && completed) || spun {
                 Ok(0)
             } else {
                 self.ring.submit_and_wait(1)
             };
+            spin.after_wait(spun, waited_from.map(|from| from.elapsed()));
             if let Err(source) = entered {
                 match source.raw_os_error() {
                     Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
@@ -318,6 +330,25 @@ impl Queue {
             }
         }
         self.close(error)
+    }
+
+    /// Submits what is queued and looks for a request for up to `length`, without sleeping:
+    /// true if one came (its completion is in the queue).
+    fn spin_for_request(&mut self, length: Duration) -> bool {
+        let until = Instant::now() + length;
+        loop {
+            // Runs the deferred task work that delivers requests to this thread's entries.
+            if submit_running_task_work(&mut self.ring).is_err() {
+                return false;
+            }
+            if !self.ring.completion().is_empty() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Reads the request in entry `index`, has `handler` answer it into the entry, and queues
@@ -557,6 +588,34 @@ fn parse_request<'a>(
         return None;
     }
     Some((in_header, op_in, payload))
+}
+
+/// When a queue thread spins before it sleeps ([`crate::UringConfig::spin`]): only while its
+/// requests come within the spin's length of its answers, so that an idle or slow requester
+/// costs at most one spin at the end of its burst, not one per request.
+struct Spin {
+    length: Duration,
+    /// Whether the last wait suggests that the next request comes soon.
+    armed: bool,
+}
+
+impl Spin {
+    fn new(length: Duration) -> Spin {
+        Spin {
+            length,
+            armed: false,
+        }
+    }
+
+    fn should_spin(&self) -> bool {
+        self.armed && !self.length.is_zero()
+    }
+
+    /// After a wait: `spun` if the spin found the request, else how long the sleep lasted (if
+    /// the thread slept).
+    fn after_wait(&mut self, spun: bool, slept: Option<Duration>) {
+        self.armed = spun || slept.is_some_and(|slept| slept < self.length);
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     local_requests: Vec<AtomicU64>,
     /// Requests answered by the idle start's thread (one entry of every CPU's queue).
     idle_thread_requests: AtomicU64,
+    /// Requests a queue thread found while it spun after an answer ([`UringConfig::spin`]).
+    pub(crate) spun_requests: AtomicU64,
     pub(crate) refused_replies: AtomicU64,
     pub(crate) malformed_requests: AtomicU64,
     /// Entries the kernel accepted, over all queue threads.
@@ -75,6 +77,9 @@ pub struct TransportStats {
     /// Requests answered by the idle start's thread, which is pinned to no CPU and holds an
     /// entry of every queue (before and after the per-CPU threads start).
     pub idle_thread_requests: u64,
+    /// Requests a queue thread found while it spun after an answer, without sleeping
+    /// ([`UringConfig::spin`]).
+    pub spun_requests: u64,
     /// Replies refused because they did not fit the payload buffer (answered with EIO).
     pub refused_replies: u64,
     /// Requests whose lengths did not add up (answered with EIO).
@@ -218,6 +223,7 @@ impl Transport {
             requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
             local_requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
             idle_thread_requests: AtomicU64::new(0),
+            spun_requests: AtomicU64::new(0),
             refused_replies: AtomicU64::new(0),
             malformed_requests: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
@@ -286,6 +292,7 @@ impl Transport {
                 .map(|count| count.load(Ordering::Relaxed))
                 .collect(),
             idle_thread_requests: self.shared.idle_thread_requests.load(Ordering::Relaxed),
+            spun_requests: self.shared.spun_requests.load(Ordering::Relaxed),
             refused_replies: self.shared.refused_replies.load(Ordering::Relaxed),
             malformed_requests: self.shared.malformed_requests.load(Ordering::Relaxed),
             entries: self.shared.entries.load(Ordering::Relaxed),

@@ -84,6 +84,15 @@ pub const RING_LISTING_WAITS: u32 = RING_QUEUE_DEPTH - 1;
 /// times that once busy, at depth 2).
 pub const RING_PER_CPU_AFTER: u64 = 256;
 
+/// How long a ring thread that just answered keeps looking for its next request before it
+/// sleeps, while requests come that fast (`UringConfig::spin`). On a virtual machine whose idle
+/// vCPUs halt, every sleep between two requests of a walk cost a wake-up through the
+/// hypervisor: one cold `find` of usr took 1.59-1.68 s without spinning, 1.03-1.21 s with
+/// 50 us and 0.99-1.06 s with 200 us, against 1.48-1.62 s over /dev/fuse
+/// (bench/results/2026-12-07-s12.md). 50 us: the gain, with the least CPU spent at the end
+/// of each burst.
+pub const RING_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Pages of one read over the ring: 128 KiB, the kernel's default largest read and SquashFS's
 /// default block size. The ring's payload buffers must hold the largest read the INIT answer
 /// allows, so this (not /dev/fuse's [`super::MAX_PAGES`]) sizes them: 128 KiB per CPU per image.
@@ -235,7 +244,7 @@ impl RingState {
                 dispatcher: dispatcher.clone(),
             });
             UringConfig::for_init(RING_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
-                .map(|config| config.idle_start(RING_PER_CPU_AFTER))
+                .map(|config| config.idle_start(RING_PER_CPU_AFTER).spinning(RING_SPIN))
                 .and_then(|config| Transport::prepare(self.device.as_fd(), &config, handler))
                 .map_err(|e| tracing::warn!("{e}; serving over /dev/fuse instead"))
                 .ok()

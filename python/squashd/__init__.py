@@ -49,7 +49,7 @@ def open(  # noqa: A001 - the package's entry point, as tarfile.open and zipfile
     offset in the file instead.
 
     ``cache`` is the decompressed data cache's budget in bytes, or a dict of ``metadata``,
-    ``data`` and ``compressed`` budgets (defaults: 64 MiB, 128 MiB, 0). ``disk_cache`` is a
+    ``data`` and ``compressed`` budgets (defaults: 64 MiB, 64 MiB, 0). ``disk_cache`` is a
     directory that keeps a remote image's fetched bytes for later runs (``disk_cache_size``
     bytes at most). ``read_ahead`` is the number of threads that decompress ahead of sequential
     readers and share large reads (default: one per core; 0 turns both off).

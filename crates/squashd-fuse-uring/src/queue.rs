@@ -263,7 +263,15 @@ impl Queue {
             // submitted, and goes in with the wait.)
             let nothing_to_submit = self.ring.submission().is_empty();
             let completed = !self.ring.completion().is_empty();
-            let spun = !completed && spin.should_spin() && self.spin_for_request(spin.length);
+            // One thread of the transport spins at a time, and only while no other is
+            // answering: with many requesters the threads have requests to answer, and
+            // spinning ones would take the CPU they need (16 walkers took twice as long with
+            // every thread spinning: bench/results/2026-12-07-s12.md).
+            let spun = !completed && spin.should_spin() && shared.begin_alone() && {
+                let found = self.spin_for_request(spin.length);
+                shared.end_busy();
+                found
+            };
             if spun {
                 shared.spun_requests.fetch_add(1, Ordering::Relaxed);
             }
@@ -314,7 +322,10 @@ impl Queue {
                 if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
                 }
-                if let Err(e) = self.answer(index, handler, shared) {
+                shared.begin_busy();
+                let answered_now = self.answer(index, handler, shared);
+                shared.end_busy();
+                if let Err(e) = answered_now {
                     error.get_or_insert(e.to_string());
                 }
                 answered += 1;
@@ -347,7 +358,8 @@ impl Queue {
             if Instant::now() >= until {
                 return false;
             }
-            std::hint::spin_loop();
+            // Keeps the CPU out of idle without holding it from another runnable thread.
+            std::thread::yield_now();
         }
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     idle_thread_requests: AtomicU64,
     /// Requests a queue thread found while it spun after an answer ([`UringConfig::spin`]).
     pub(crate) spun_requests: AtomicU64,
+    /// Queue threads answering a request or spinning for one now.
+    busy_threads: AtomicUsize,
     pub(crate) refused_replies: AtomicU64,
     pub(crate) malformed_requests: AtomicU64,
     /// Entries the kernel accepted, over all queue threads.
@@ -48,6 +50,23 @@ struct Grown {
 }
 
 impl Shared {
+    /// A queue thread starts answering a request.
+    pub(crate) fn begin_busy(&self) {
+        self.busy_threads.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A queue thread starts spinning, if no other is answering or spinning: false if one is.
+    pub(crate) fn begin_alone(&self) -> bool {
+        self.busy_threads
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// A queue thread has answered, or stopped spinning.
+    pub(crate) fn end_busy(&self) {
+        self.busy_threads.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Counts a request of `queue` answered on `answered_on` (the CPU the answering thread ran
     /// on as it committed the answer, if known) by the idle start's thread or not.
     pub(crate) fn count_request(&self, queue: usize, answered_on: Option<usize>, idle: bool) {
@@ -224,6 +243,7 @@ impl Transport {
             local_requests: (0..config.cpus).map(|_| AtomicU64::new(0)).collect(),
             idle_thread_requests: AtomicU64::new(0),
             spun_requests: AtomicU64::new(0),
+            busy_threads: AtomicUsize::new(0),
             refused_replies: AtomicU64::new(0),
             malformed_requests: AtomicU64::new(0),
             entries: AtomicUsize::new(0),

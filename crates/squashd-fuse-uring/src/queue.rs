@@ -265,8 +265,8 @@ impl Queue {
             let completed = !self.ring.completion().is_empty();
             // One thread of the transport spins at a time, and only while no other is
             // answering: with many requesters the threads have requests to answer, and
-            // spinning ones would take the CPU they need (16 walkers took twice as long with
-            // every thread spinning: bench/results/2026-12-07-s12.md).
+            // spinning ones would take the CPU they need (16 cold walkers of usr: 5.6-7.7 s
+            // with every thread spinning, 3.9-4.4 s with one: bench/results/2026-12-07-s12.md).
             let spun = !completed && spin.should_spin() && shared.begin_alone() && {
                 let found = self.spin_for_request(spin.length);
                 shared.end_busy();

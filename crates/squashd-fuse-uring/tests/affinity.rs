@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{cpus, missing_lookups_on_cpu, skip_reason, EnableUring, TestMount};
-use nix::mount::MntFlags;
 
 /// Lookups each requester makes, one after another.
 const LOOKUPS: u64 = 200;
@@ -21,7 +18,7 @@ fn a_lone_requesters_requests_are_answered_by_the_thread_pinned_to_its_cpu() {
     }
     let _uring = EnableUring::on();
     // Two entries per CPU, each with its thread, both pinned to the CPU; the first registers last.
-    let (mut mount, outcome) = TestMount::mount_with_ring(&TestMount::config(2).pinned(), 1);
+    let (mount, outcome) = TestMount::mount_with_ring(&TestMount::config(2).pinned(), 1);
     outcome.expect("the ring registers");
     let cpus = cpus().min(4);
     for cpu in 0..cpus {
@@ -48,9 +45,5 @@ fn a_lone_requesters_requests_are_answered_by_the_thread_pinned_to_its_cpu() {
             "queue {cpu}: {pinned} of {all} answered by its pinned thread: {by_thread:?}"
         );
     }
-    mount.unmount(MntFlags::empty());
-    let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(Duration::from_secs(10)));
-    let end = transport.shutdown();
-    assert!(end.errors.is_empty(), "{end:?}");
+    mount.unmount_ring();
 }

@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{cpus, missing_lookups_on_cpu, on_cpu, skip_reason, EnableUring, TestMount};
-use nix::mount::MntFlags;
 use squashd_fuse_uring::{TransportStats, UringConfig};
 
 /// Lookups each requester makes, one after another.
@@ -65,14 +64,6 @@ fn lookups_from_each_cpu(mount: &TestMount, hold_an_entry: bool) -> TransportSta
     mount.transport.as_ref().expect("transport").stats()
 }
 
-fn unmount(mut mount: TestMount) {
-    mount.unmount(MntFlags::empty());
-    let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(Duration::from_secs(10)));
-    let end = transport.shutdown();
-    assert!(end.errors.is_empty(), "{end:?}");
-}
-
 /// Asserts that at least `share` percent of each queue's requests were answered on its CPU.
 fn assert_local(stats: &TransportStats, share: u64) {
     for (cpu, (&all, &local)) in stats
@@ -104,7 +95,7 @@ fn every_thread_of_a_cpus_queue_answers_on_that_cpu() {
     let stats = lookups_from_each_cpu(&mount, true);
     // Every thread of a queue runs on the queue's CPU: all answers are local.
     assert_local(&stats, 98);
-    unmount(mount);
+    mount.unmount_ring();
 }
 
 #[test]
@@ -120,5 +111,5 @@ fn the_idle_start_thread_answers_on_the_requests_cpu() {
     let stats = lookups_from_each_cpu(&mount, false);
     assert_eq!(stats.idle_thread_requests, stats.requests(), "{stats:?}");
     assert_local(&stats, 95);
-    unmount(mount);
+    mount.unmount_ring();
 }

@@ -10,7 +10,6 @@ mod common;
 use std::time::Duration;
 
 use common::{missing_lookups_on_cpu, skip_reason, EnableUring, TestMount};
-use nix::mount::MntFlags;
 use squashd_fuse_uring::{TransportStats, UringConfig};
 
 /// Lookups the requester makes, one after another.
@@ -19,15 +18,11 @@ const LOOKUPS: u64 = 200;
 /// Mounts with `config`, makes [`LOOKUPS`] lookups of missing names (never cached, so each is a
 /// request) from CPU 0, and returns the transport's counters once it has ended.
 fn lookups_with(config: UringConfig) -> TransportStats {
-    let (mut mount, outcome) = TestMount::mount_with_ring(&config, 1);
+    let (mount, outcome) = TestMount::mount_with_ring(&config, 1);
     outcome.expect("the ring registers");
     missing_lookups_on_cpu(mount.path(), 0, LOOKUPS);
     let stats = mount.transport.as_ref().expect("transport").stats();
-    mount.unmount(MntFlags::empty());
-    let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(Duration::from_secs(10)));
-    let end = transport.shutdown();
-    assert!(end.errors.is_empty(), "{end:?}");
+    mount.unmount_ring();
     stats
 }
 

@@ -209,6 +209,15 @@ impl TestMount {
         self.mounted = false;
     }
 
+    /// Unmounts, waits for the ring transport to end, and asserts that it ended without errors.
+    pub fn unmount_ring(mut self) {
+        self.unmount(nix::mount::MntFlags::empty());
+        let transport = self.transport.take().expect("transport");
+        assert!(transport.wait_finished(Duration::from_secs(10)));
+        let end = transport.shutdown();
+        assert!(end.errors.is_empty(), "{end:?}");
+    }
+
     /// Waits up to `timeout` for the /dev/fuse readers to end (they end when the connection
     /// does); true if they did.
     pub fn readers_end_within(&mut self, timeout: Duration) -> bool {

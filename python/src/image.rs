@@ -23,8 +23,8 @@ const READ_AHEAD_WINDOW: u64 = 2 << 20;
 /// Bytes of the data cache kept for blocks read ahead and not yet read, with read-ahead on (at
 /// most a quarter of the data budget). Read-ahead across files keeps up to 128 files and 8 MiB
 /// of their blocks ahead of the reader, beside the fragment blocks of their tail ends; the
-/// cache's default room for them (3% of 128 MiB, split between 8 shards: ~0.5 MiB, 4 blocks of
-/// 128 KiB a shard) evicted some before their reader came, and a walk of every file of a
+/// cache's default room for them (3% of its budget, split between 8 shards: at 128 MiB ~0.5 MiB,
+/// 4 blocks of 128 KiB a shard) evicted some before their reader came, and a walk of every file of a
 /// 530 MB environment decompressed ~10 MB twice (bench/results/2026-11-27-python-s11.md).
 const READ_AHEAD_ROOM: u64 = 32 << 20;
 

@@ -21,11 +21,11 @@ pub struct UringConfig {
     /// one has an entry, so this must be [`possible_cpus`].
     pub cpus: usize,
     /// How the transport starts. `None`: `queue_depth` threads per CPU at once, each with one
-    /// entry of that CPU's queue (pinned to it if [`UringConfig::pin_threads`]). `Some(n)`: an idle start, for a mount that
-    /// may stay idle (a daemon's dozens of images): one thread with one io_uring holds one entry
-    /// of every CPU's queue (the kernel's minimum for using the ring at all; if pinning, the
-    /// thread pins itself to each request's CPU as it answers), and the
-    /// per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
+    /// entry of that CPU's queue (pinned to it if [`UringConfig::pin_threads`]). `Some(n)`: an
+    /// idle start, for a mount that may stay idle (a daemon's dozens of images): one thread with
+    /// one io_uring holds one entry of every CPU's queue (the kernel's minimum for using the
+    /// ring at all; if pinning, the thread pins itself to each request's CPU as it answers), and
+    /// the per-CPU threads start only once that thread has answered `n` requests. The kernel picks a
     /// queue by the requester's CPU, not by the thread that registered its entries
     /// (`fuse_uring_task_to_queue` in `fs/fuse/dev_uring.c`), so one thread can serve them all.
     pub per_cpu_after: Option<u64>,
@@ -34,8 +34,9 @@ pub struct UringConfig {
     /// the requester's own CPU. It pays only when the server shares the requesters' scheduling
     /// group: a daemon in a group of its own (its session's autogroup, a service's cgroup)
     /// switches groups on that CPU at every round trip, and walked a cold tree about a fifth
-    /// slower pinned than unpinned (bench/results/2026-11-27-s11.md, section 6). Off unless asked for
-    /// ([`UringConfig::pinned`]).
+    /// slower pinned than unpinned (bench/results/2026-11-27-s11.md, section 6; on another VM,
+    /// 2026-12-07-s12.md section 2, unpinned won with guest halt polling and lost a little
+    /// without). Off unless asked for ([`UringConfig::pinned`]).
     pub pin_threads: bool,
     /// How long a queue thread that just answered keeps looking for its next request before it
     /// sleeps (zero: it sleeps at once). A thread asleep lets its CPU go idle, and on a virtual

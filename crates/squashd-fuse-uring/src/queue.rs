@@ -267,14 +267,7 @@ impl Queue {
             // answering: with many requesters the threads have requests to answer, and
             // spinning ones would take the CPU they need (16 cold walkers of usr: 5.6-7.7 s
             // with every thread spinning, 3.9-4.4 s with one: bench/results/2026-12-07-s12.md).
-            let spun = !completed && spin.should_spin() && shared.begin_alone() && {
-                let found = self.spin_for_request(spin.length);
-                shared.end_busy();
-                found
-            };
-            if spun {
-                shared.spun_requests.fetch_add(1, Ordering::Relaxed);
-            }
+            let spun = !completed && spin.should_spin() && self.spin_alone(shared, spin.length);
             let waited_from = (!spun && !completed).then(Instant::now);
             let entered = if (nothing_to_submit && completed) || spun {
                 Ok(0)
@@ -322,9 +315,15 @@ impl Queue {
                 if let Some(flag) = self.in_kernel.get_mut(index) {
                     *flag = false;
                 }
-                shared.begin_busy();
+                // Counted busy only where a thread may spin: the count gates the spin.
+                let counted = !self.spin.is_zero();
+                if counted {
+                    shared.begin_busy();
+                }
                 let answered_now = self.answer(index, handler, shared);
-                shared.end_busy();
+                if counted {
+                    shared.end_busy();
+                }
                 if let Err(e) = answered_now {
                     error.get_or_insert(e.to_string());
                 }
@@ -341,6 +340,20 @@ impl Queue {
             }
         }
         self.close(error)
+    }
+
+    /// Spins for a request ([`Queue::spin_for_request`]) if no other thread of the transport is
+    /// answering or spinning; true if one came, counted in the stats.
+    fn spin_alone(&mut self, shared: &Shared, length: Duration) -> bool {
+        if !shared.begin_alone() {
+            return false;
+        }
+        let found = self.spin_for_request(length);
+        shared.end_busy();
+        if found {
+            shared.spun_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        found
     }
 
     /// Submits what is queued and looks for a request for up to `length`, without sleeping:

@@ -1,8 +1,8 @@
 //! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry of
 //! one CPU's queue, pinned to that CPU if asked, or the idle start's thread with one entry of
-//! every CPU's queue, which then follows its requests' CPUs), and its body: pin, wait for the go-ahead,
-//! enable the ring made for it, register the entries, serve them (`queue.rs`) until the kernel
-//! lets go of them.
+//! every CPU's queue, which then follows its requests' CPUs), and its body: pin, wait for the
+//! go-ahead, enable the ring made for it, register the entries, serve them (`queue.rs`) until
+//! the kernel lets go of them.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -54,12 +54,12 @@ impl QueueLayout {
     /// gives a request to any free entry of its CPU's queue, so entries of a thread busy with
     /// another request would hold theirs until it finished, while the CPU might be idle.
     ///
-    /// When pinning, every thread is pinned, not only the first: the kernel queues a request on the CPU its
-    /// requester runs on, and the requester sleeps there until the answer's commit wakes it; a
-    /// commit from another CPU is a wake-up across CPUs (about 12 us on the benchmark VM, one
-    /// per round trip). A walk does not stay on one entry (the kernel wakes the requester
-    /// before it frees the entry, and a requester that preempts the answering thread sends its
-    /// next request to another free entry), so an unpinned sibling answered a share of its
+    /// When pinning, every thread is pinned, not only the first: the kernel queues a request on
+    /// the CPU its requester runs on, and the requester sleeps there until the answer's commit
+    /// wakes it; a commit from another CPU is a wake-up across CPUs (about 12 us on the
+    /// benchmark VM, one per round trip). A walk does not stay on one entry (the kernel wakes
+    /// the requester before it frees the entry, and a requester that preempts the answering
+    /// thread sends its next request to another free entry), so an unpinned sibling answered a share of its
     /// CPU's requests from the other CPU: up to 90% of a queue's in one cold walk
     /// (bench/results/2026-11-27-ring-s10.md). Pinned, two slow requests of one CPU share its
     /// core; the requests of the other CPUs still run on theirs.

@@ -44,6 +44,9 @@ pub(crate) struct Queue {
     /// Whether this is the idle start's thread (entries of every CPU's queue, counted apart in
     /// the stats).
     idle_start: bool,
+    /// Whether this thread alone answers the requests of its queues: the idle start's, until
+    /// the per-CPU threads start ([`crate::Request::queue_shared`]).
+    alone: bool,
     /// Whether this thread pins itself to each request's CPU as it answers (the idle start's,
     /// with [`crate::UringConfig::pin_threads`]).
     follows_requests: bool,
@@ -109,6 +112,7 @@ impl Queue {
             label,
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
+            alone: layout.is_idle_start(),
             follows_requests: layout.follows_requests(),
             spin: config.spin,
             pinned_to: None,
@@ -333,8 +337,11 @@ impl Queue {
             // (they are submitted by the next wait, so starting threads delays no caller).
             if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
                 if let Some((_, start)) = busy.take() {
-                    if let Err(e) = start() {
-                        error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
+                    match start() {
+                        Ok(()) => self.alone = false,
+                        Err(e) => {
+                            error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
+                        }
                     }
                 }
             }
@@ -462,6 +469,7 @@ impl Queue {
                 payload: &self.request_payload,
                 queue: Some(usize::from(qid)),
                 thread_entries: entries_held,
+                queue_shared: !self.alone,
             };
             let mut reply = RingReply::new(payload_out, Some(&mut commit_now));
             let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));

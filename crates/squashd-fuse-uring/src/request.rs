@@ -25,6 +25,12 @@ pub struct Request<'a> {
     /// of its queue still take that queue's requests); one per CPU for the idle start's thread,
     /// which answers its entries one after another, so that its handler must not wait.
     pub thread_entries: usize,
+    /// Whether other threads take requests of this request's queue while it is answered
+    /// (true on /dev/fuse, whose request threads all take any request). False only on the idle
+    /// start's thread before the per-CPU threads start: its handler must then not wait for
+    /// another request of its own mount (a read ahead of the kernel path's EROFS reads the
+    /// blob through the same connection), which nothing else would answer.
+    pub queue_shared: bool,
 }
 
 impl<'a> Request<'a> {
@@ -40,6 +46,7 @@ impl<'a> Request<'a> {
             payload,
             queue: None,
             thread_entries: 0,
+            queue_shared: true,
         })
     }
 
@@ -190,6 +197,7 @@ mod tests {
             payload: &whole[8..],
             queue: Some(0),
             thread_entries: 1,
+            queue_shared: true,
         };
         let contiguous = Request {
             header: InHeader::default(),
@@ -197,6 +205,7 @@ mod tests {
             payload: &whole,
             queue: None,
             thread_entries: 0,
+            queue_shared: true,
         };
         for request in [split, contiguous] {
             let mut args = request.args();
@@ -229,6 +238,7 @@ mod tests {
             payload: b"abc",
             queue: None,
             thread_entries: 0,
+            queue_shared: true,
         };
         assert_eq!(request.args().name(), None);
     }

@@ -28,8 +28,8 @@ use squashd_fuse::fs::{
 };
 use squashd_fuse::page_store::{PageStore, StoreBytes};
 use squashd_fuse::server::{
-    abi::init_flags, DirentBuffer, FuseFilesystem, InitSettings, KernelOffer, Notifier, ReadData,
-    RequestContext,
+    abi::init_flags, own_mount_waits, DirentBuffer, FuseFilesystem, InitSettings, KernelOffer,
+    Notifier, ReadData, RequestContext,
 };
 use squashd_fuse::{FsError, FsResult, HandleTable};
 use std::ffi::OsStr;
@@ -66,8 +66,11 @@ pub struct BlobFs {
     store: PageStore,
     /// Request threads that may be asking for a fill at once: one fewer than there are. A
     /// fill's read-ahead can wait (for a slot among the kernel's background requests, or a read
-    /// of the metadata image), and only a request thread ends that wait.
-    fill_permits: AtomicUsize,
+    /// of the metadata image), and only a request thread ends that wait. Over the ring, the
+    /// ring's own limit too ([`own_mount_waits`]).
+    fill_threads_max: usize,
+    /// Request threads asking for a fill now.
+    filling_threads: AtomicUsize,
 }
 
 /// The bytes of one read of the blob file system, lent to its answer.
@@ -118,7 +121,8 @@ impl BlobFs {
             files,
             open: HandleTable::new(),
             store: PageStore::new(),
-            fill_permits: AtomicUsize::new(threads.saturating_sub(1)),
+            fill_threads_max: threads.saturating_sub(1),
+            filling_threads: AtomicUsize::new(0),
         }
     }
 
@@ -138,12 +142,19 @@ impl BlobFs {
         if !parts.iter().any(|p| p.random) {
             return;
         }
+        // Fewer fills at once than there are threads to answer their reads: this file system's
+        // own count on /dev/fuse, and the ring's (none at all while one thread answers it).
+        let limit = self
+            .fill_threads_max
+            .min(own_mount_waits().unwrap_or(usize::MAX));
         let taken = self
-            .fill_permits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            .filling_threads
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            });
         if taken.is_ok() {
             blob.fill_rest(parts);
-            self.fill_permits.fetch_add(1, Ordering::AcqRel);
+            self.filling_threads.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -215,7 +226,7 @@ impl FuseFilesystem for BlobFs {
             max_readahead: kernel.max_readahead.min(1 << 20),
             // A fill's read-ahead sends its blob reads as background requests (FUSE_ASYNC_DIO):
             // room for more of them than the default 16, so that a request thread asking for a
-            // fill seldom waits for a slot (and never all of them: `fill_permits`).
+            // fill seldom waits for a slot (and never all of them: `fill_threads_max`).
             max_background: 64,
             congestion_threshold: 48,
         }

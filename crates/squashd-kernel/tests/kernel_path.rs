@@ -7,6 +7,7 @@
 use nix::mount::{MntFlags, MsFlags};
 use squashd_core::read_ahead::RandomSweep;
 use squashd_core::{Image, OpenOptions};
+use squashd_fuse::server::UringMode;
 use squashd_kernel::{
     mount_erofs, translate, Blob, BlobFsContent, BlobMount, KernelMountOptions, MetaFile,
 };
@@ -18,6 +19,9 @@ use testkit::{Built, TreeOptions};
 
 #[path = "kernel_path/sweep.rs"]
 mod sweep;
+
+#[path = "kernel_path/ring_fill.rs"]
+mod ring_fill;
 
 /// Unmounts on drop, lazily, whatever happens to the test.
 struct Unmount(PathBuf);
@@ -167,7 +171,7 @@ fn data_mount(
     read_ahead: squashd_kernel::ReadAhead,
     threads: usize,
 ) -> DataMount {
-    data_mount_with(dir, data, read_ahead, threads, None)
+    data_mount_with(dir, data, read_ahead, threads, None, UringMode::Auto)
 }
 
 /// [`data_mount`] with the blob's random sweep `sweep` in place of its default.
@@ -177,6 +181,7 @@ fn data_mount_with(
     read_ahead: squashd_kernel::ReadAhead,
     threads: usize,
     sweep: Option<RandomSweep>,
+    uring: UringMode,
 ) -> DataMount {
     let image_path =
         testkit::image_of_files(dir, &[("big", data)], &["-comp", "zstd", "-b", "128K"]);
@@ -193,7 +198,7 @@ fn data_mount_with(
     let blob = Arc::new(blob);
     let blob_dir = dir.join("blobs");
     fs::create_dir_all(&blob_dir).unwrap();
-    let blobs = BlobMount::mount(&blob_dir, threads).unwrap();
+    let blobs = BlobMount::mount_with_uring(&blob_dir, threads, uring).unwrap();
     blobs.files().add(
         "data.meta",
         BlobFsContent::Metadata(Arc::new(MetaFile::new(t.metadata))),

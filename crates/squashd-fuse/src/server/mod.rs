@@ -22,6 +22,7 @@
 //! their shape.
 
 pub mod abi;
+mod answering;
 pub mod dev_fuse;
 mod dispatch;
 mod mount;
@@ -29,6 +30,7 @@ mod reply;
 mod request;
 mod ring;
 
+pub use answering::{own_mount_waits, with_own_mount_waits};
 pub use dev_fuse::Notifier;
 pub use dispatch::{
     Dispatcher, FsReply, FuseFilesystem, InitSettings, KernelOffer, RequestContext, MAX_PAGES,

@@ -5,6 +5,7 @@
 //! The /dev/fuse threads keep running: INIT arrives there, and FORGET, INTERRUPT and
 //! notifications stay there once the ring carries everything else.
 
+use super::answering::with_own_mount_waits;
 use super::dispatch::{Dispatcher, FuseFilesystem, MAX_WRITE};
 use crate::listings::{with_listing_waits, FILL_WAIT};
 use squashd_fuse_uring::{
@@ -74,6 +75,13 @@ pub const RING_QUEUE_DEPTH: u32 = 2;
 /// so that a request that ends a fill always finds a free entry on its CPU even without the
 /// idle start's entry (a waiting request holds its entry and thread).
 pub const RING_LISTING_WAITS: u32 = RING_QUEUE_DEPTH - 1;
+
+/// Request threads of a ring that may wait at once for requests of their own mount (a read
+/// ahead of the kernel path's EROFS reads the blob through the same connection): once a mount
+/// is busy, each CPU's queue is answered by its [`RING_QUEUE_DEPTH`] entry threads and the idle
+/// start's thread, so this many waiting, wherever their requests go, leave one to answer them.
+/// While the mount is idle its one thread answers every queue, and none may wait.
+pub const RING_OWN_MOUNT_WAITS: usize = RING_QUEUE_DEPTH as usize;
 
 /// Requests a mount answers over its idle start (one thread and one io_uring holding one entry
 /// of every CPU's queue) before its per-CPU queue threads start. A daemon's idle image (the
@@ -308,16 +316,21 @@ struct RingHandler<F> {
 impl<F: FuseFilesystem> Handler for RingHandler<F> {
     fn handle(&self, request: &squashd_fuse_uring::Request<'_>, reply: &mut dyn ReplyWriter) {
         // The arguments are read where the ring put them (the entry's op_in area and payload).
-        // A thread that holds only this entry may wait in a listing for another opener's fill
-        // (the idle start's thread holds an entry of every CPU: it must not).
-        let dispatched = match request.queue {
-            Some(queue) if request.thread_entries == 1 => {
-                with_listing_waits(queue, RING_LISTING_WAITS, FILL_WAIT, || {
-                    self.dispatcher.dispatch_split(request)
-                })
-            }
-            _ => self.dispatcher.dispatch_split(request),
+        let dispatch = || self.dispatcher.dispatch_split(request);
+        // Threads that wait for requests of their own mount: fewer than a queue's answerers.
+        let own_mount_waits = if request.queue_shared {
+            RING_OWN_MOUNT_WAITS
+        } else {
+            0
         };
+        let dispatched = with_own_mount_waits(own_mount_waits, || match request.queue {
+            // A thread that holds only this entry may wait in a listing for another opener's
+            // fill (the idle start's thread holds an entry of every CPU: it must not).
+            Some(queue) if request.thread_entries == 1 => {
+                with_listing_waits(queue, RING_LISTING_WAITS, FILL_WAIT, dispatch)
+            }
+            _ => dispatch(),
+        });
         let Some(answer) = dispatched else {
             // Only FORGET and INTERRUPT take no answer, and they never come over the ring.
             let _ = reply.error(libc::EIO);

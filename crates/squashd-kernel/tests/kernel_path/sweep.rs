@@ -16,7 +16,7 @@ fn random_reader(dir: &Path) -> (DataMount, Vec<u8>, fs::File, fastrand::Rng) {
     let data: Vec<u8> = (0..128 * BLOCK).map(|_| b"acgt"[rng.usize(..4)]).collect();
     let read_ahead = KernelMountOptions::default().read_ahead;
     let sweep = RandomSweep::with_gauge(true, CpuGauge::Off);
-    let m = data_mount_with(dir, &data, read_ahead, 4, Some(sweep));
+    let m = data_mount_with(dir, &data, read_ahead, 4, Some(sweep), UringMode::Auto);
     m.blob
         .block_fill()
         .attach(&m.mnt, &m.blobs.path("data.meta"));

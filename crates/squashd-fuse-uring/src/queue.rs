@@ -375,11 +375,18 @@ impl Queue {
             if !self.ring.completion().is_empty() {
                 return true;
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until {
                 return false;
             }
             // Keeps the CPU out of idle without holding it from another runnable thread.
             std::thread::yield_now();
+            // A yield that took long ran another thread: the CPU is wanted (16 walkers on two
+            // CPUs), and the spin would take from them what a sleep's wake-up costs only when
+            // the CPU is idle.
+            if now.elapsed() >= YIELD_CONTENDED {
+                return false;
+            }
         }
     }
 
@@ -622,6 +629,9 @@ fn parse_request<'a>(
     }
     Some((in_header, op_in, payload))
 }
+
+/// A yield of a spinning thread that takes this long ran another thread: the spin ends.
+const YIELD_CONTENDED: Duration = Duration::from_micros(20);
 
 /// When a queue thread spins before it sleeps ([`crate::UringConfig::spin`]): only while its
 /// requests come within the spin's length of its answers, so that an idle or slow requester

@@ -44,9 +44,10 @@ pub struct UringConfig {
     /// through the hypervisor on every round trip: a cold walk of usr took 1.59-1.68 s without
     /// spinning and 1.03-1.21 s with 50 us (bench/results/2026-12-07-s12.md). A thread spins
     /// only while requests come that fast (after a wait that found nothing it sleeps at once
-    /// until a request follows its answer within this time again), and only while no other
-    /// thread of the transport answers or spins: many requesters keep the threads busy, and
-    /// spinning ones took the CPU the others needed.
+    /// until a request follows its answer within this time again), only for a lone requester
+    /// (the thread's last two requests came from the same thread), only while no other thread
+    /// of the transport answers or spins, and not past a yield that ran another thread: many
+    /// requesters keep the threads busy, and spinning ones took the CPU the others needed.
     pub spin: std::time::Duration,
 }
 

@@ -53,6 +53,10 @@ pub(crate) struct Queue {
     /// How long to look for the next request after an answer before sleeping
     /// ([`crate::UringConfig::spin`]).
     spin: Duration,
+    /// The process (thread) that sent the request answered last, and whether the one before
+    /// came from it too: the spin is for a lone requester ([`Spin`]).
+    last_requester: u32,
+    lone_requester: bool,
     /// The CPU the idle start's thread pinned itself to last.
     pinned_to: Option<u16>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
@@ -113,6 +117,8 @@ impl Queue {
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
             alone: layout.is_idle_start(),
+            last_requester: 0,
+            lone_requester: false,
             follows_requests: layout.follows_requests(),
             spin: config.spin,
             pinned_to: None,
@@ -267,11 +273,16 @@ impl Queue {
             // submitted, and goes in with the wait.)
             let nothing_to_submit = self.ring.submission().is_empty();
             let completed = !self.ring.completion().is_empty();
-            // One thread of the transport spins at a time, and only while no other is
-            // answering: with many requesters the threads have requests to answer, and
-            // spinning ones would take the CPU they need (16 cold walkers of usr: 5.6-7.7 s
-            // with every thread spinning, 3.9-4.4 s with one: bench/results/2026-12-07-s12.md).
-            let spun = !completed && spin.should_spin() && self.spin_alone(shared, spin.length);
+            // A thread spins only for a lone requester (its last two requests came from one
+            // thread of one process), one thread of the transport at a time, and only while no
+            // other is answering: with many requesters the threads have requests to answer,
+            // and spinning ones would take the CPU they need (16 cold walkers of usr: 5.6-7.7 s
+            // with every thread spinning, 3.9-4.4 s with one: bench/results/2026-12-07-s12.md;
+            // 2.9 s with lone requesters only: 2026-12-07-s13.md).
+            let spun = !completed
+                && self.lone_requester
+                && spin.should_spin()
+                && self.spin_alone(shared, spin.length);
             let waited_from = (!spun && !completed).then(Instant::now);
             let entered = if (nothing_to_submit && completed) || spun {
                 Ok(0)
@@ -427,6 +438,8 @@ impl Queue {
             write_out_header(header_out, commit_id, libc::EIO, 0);
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
+        self.lone_requester = in_header.pid == self.last_requester;
+        self.last_requester = in_header.pid;
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
         let idle_start = self.idle_start;
         if self.follows_requests && self.pinned_to != Some(qid) {

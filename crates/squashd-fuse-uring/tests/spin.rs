@@ -1,9 +1,9 @@
 //! A queue thread that has answered looks for the next request for `UringConfig::spin` before
 //! it sleeps, while requests come that fast from one requester; the transport counts the
 //! requests found so (`TransportStats::spun_requests`). These tests check the count against a
-//! requester making lookups one after another, and against two taking turns. Needs root and a kernel with
-//! /sys/module/fuse/parameters/enable_uring (turned on for the test and restored after);
-//! skipped with a printed reason otherwise.
+//! requester making lookups one after another, and against two taking turns. Needs root and a
+//! kernel with /sys/module/fuse/parameters/enable_uring (turned on for the test and restored
+//! after); skipped with a printed reason otherwise.
 
 mod common;
 
@@ -90,8 +90,8 @@ fn requesters_taking_turns_get_no_spin() {
         return;
     }
     let _uring = EnableUring::on();
-    // The same spin as above, but each request comes from another process than the one
-    // before: many requesters keep the threads busy and the CPUs wanted, so none spins.
+    // The same spin as above, but each request comes from another thread than the one before:
+    // many requesters keep the threads busy and the CPUs wanted, so none spins.
     let turns = lookups_by(
         TestMount::config(1).spinning(Duration::from_millis(20)),
         lookups_in_turns,

@@ -278,7 +278,7 @@ impl Queue {
             // other is answering: with many requesters the threads have requests to answer,
             // and spinning ones would take the CPU they need (16 cold walkers of usr: 5.6-7.7 s
             // with every thread spinning, 3.9-4.4 s with one: bench/results/2026-12-07-s12.md;
-            // 2.9 s with lone requesters only: 2026-12-07-s13.md).
+            // 3.2 s with lone requesters only, median of 7: 2026-12-07-s13.md).
             let spun = !completed
                 && self.lone_requester
                 && spin.should_spin()
@@ -377,7 +377,8 @@ impl Queue {
     /// Submits what is queued and looks for a request for up to `length`, without sleeping:
     /// true if one came (its completion is in the queue).
     fn spin_for_request(&mut self, length: Duration) -> bool {
-        let until = Instant::now() + length;
+        let mut looked = Instant::now();
+        let until = looked + length;
         loop {
             // Runs the deferred task work that delivers requests to this thread's entries.
             if submit_running_task_work(&mut self.ring).is_err() {
@@ -386,18 +387,17 @@ impl Queue {
             if !self.ring.completion().is_empty() {
                 return true;
             }
+            // A long time since the last look means the yield ran another thread: the CPU is
+            // wanted (16 walkers on two CPUs), and the spin would take from them what a sleep's
+            // wake-up costs only when the CPU is idle. (Checked after the look, so that a
+            // request the other thread sent meanwhile still counts as found.)
             let now = Instant::now();
-            if now >= until {
+            if now >= until || now - looked >= YIELD_CONTENDED {
                 return false;
             }
+            looked = now;
             // Keeps the CPU out of idle without holding it from another runnable thread.
             std::thread::yield_now();
-            // A yield that took long ran another thread: the CPU is wanted (16 walkers on two
-            // CPUs), and the spin would take from them what a sleep's wake-up costs only when
-            // the CPU is idle.
-            if now.elapsed() >= YIELD_CONTENDED {
-                return false;
-            }
         }
     }
 
@@ -643,7 +643,8 @@ fn parse_request<'a>(
     Some((in_header, op_in, payload))
 }
 
-/// A yield of a spinning thread that takes this long ran another thread: the spin ends.
+/// A spinning thread that finds this long between two looks for a request had its yield run
+/// another thread: the spin ends.
 const YIELD_CONTENDED: Duration = Duration::from_micros(20);
 
 /// When a queue thread spins before it sleeps ([`crate::UringConfig::spin`]): only while its

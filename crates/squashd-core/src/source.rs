@@ -16,6 +16,11 @@ pub trait Source: Send + Sync {
     /// Hints that bytes `pos..pos + len` will be read soon, so the source may fetch them in the
     /// background. The default does nothing.
     fn will_need(&self, _pos: u64, _len: u64) {}
+    /// Whether a read may wait for something much slower than a local disk (a network): a
+    /// server then keeps a waiting read from holding up its other requests. The default: no.
+    fn may_stall(&self) -> bool {
+        false
+    }
     /// Whether the source is empty.
     fn is_empty(&self) -> std::io::Result<bool> {
         Ok(self.len()? == 0)

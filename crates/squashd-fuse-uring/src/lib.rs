@@ -111,7 +111,7 @@ pub use abi::{
     out_header, InHeader, FUSE_INIT_EXT, FUSE_MIN_READ_BUFFER, FUSE_OVER_IO_URING, IN_HEADER_SIZE,
     OUT_HEADER_SIZE, RING_HEADER_SIZE,
 };
-pub use config::{possible_cpus, ring_memory, UringConfig};
+pub use config::{possible_cpus, ring_memory, QueueThreads, UringConfig};
 pub use detect::{
     init_offers_uring, KernelSupport, ENABLE_HINT, ENABLE_URING_PARAMETER,
     INIT_FLAGS2_OVER_IO_URING,

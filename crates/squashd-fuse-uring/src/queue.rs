@@ -47,6 +47,10 @@ pub(crate) struct Queue {
     /// Whether this thread alone answers the requests of its queues: the idle start's, until
     /// the per-CPU threads start ([`crate::Request::queue_shared`]).
     alone: bool,
+    /// Whether this thread holds every per-CPU entry of its queue ([`crate::QueueThreads::PerCpu`]):
+    /// a request of its queue that comes while it answers one goes to one of its own free
+    /// entries ([`crate::Request::queue_shared`]).
+    whole_queue: bool,
     /// Whether this thread pins itself to each request's CPU as it answers (the idle start's,
     /// with [`crate::UringConfig::pin_threads`]).
     follows_requests: bool,
@@ -117,6 +121,7 @@ impl Queue {
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
             alone: layout.is_idle_start(),
+            whole_queue: !layout.is_idle_start() && depth > 1,
             last_requester: 0,
             lone_requester: false,
             follows_requests: layout.follows_requests(),
@@ -489,7 +494,7 @@ impl Queue {
                 payload: &self.request_payload,
                 queue: Some(usize::from(qid)),
                 thread_entries: entries_held,
-                queue_shared: !self.alone,
+                queue_shared: !self.alone && !self.whole_queue,
             };
             let mut reply = RingReply::new(payload_out, Some(&mut commit_now));
             let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));

@@ -1,5 +1,5 @@
-//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry of
-//! one CPU's queue, pinned to that CPU if asked, or the idle start's thread with one entry of
+//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry, or
+//! every entry, of one CPU's queue, pinned to that CPU if asked, or the idle start's thread with one entry of
 //! every CPU's queue, which then follows its requests' CPUs), and its body: pin, wait for the
 //! go-ahead, enable the ring made for it, register the entries, serve them (`queue.rs`) until
 //! the kernel lets go of them.
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::queue::Queue;
 use crate::transport::QueueContext;
-use crate::{Handler, UringConfig, UringError};
+use crate::{Handler, QueueThreads, UringConfig, UringError};
 
 /// How a queue thread ended.
 #[derive(Debug, Default)]
@@ -46,8 +46,9 @@ pub(crate) struct QueueLayout {
 }
 
 impl QueueLayout {
-    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, pinned to
-    /// that CPU if `config.pin_threads`.
+    /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, or with
+    /// [`QueueThreads::PerCpu`] one thread per CPU with all of them; pinned to that CPU if
+    /// `config.pin_threads`.
     ///
     /// One thread per entry, not one thread per queue: a thread answers one request at a time,
     /// and a request may wait (a decompression, a read of the image from disk). The kernel
@@ -72,6 +73,21 @@ impl QueueLayout {
     pub(crate) fn per_cpu(config: &UringConfig) -> Result<Vec<QueueLayout>, UringError> {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
         let mut layouts = Vec::new();
+        if config.threads == QueueThreads::PerCpu {
+            for cpu in 0..config.cpus {
+                let qid = qid(cpu)?;
+                layouts.push(QueueLayout {
+                    entry_qids: vec![qid; depth],
+                    cpu: Some(qid),
+                    index: 0,
+                    per_cpu_after: None,
+                    siblings_registered: None,
+                    registered: None,
+                    pin: config.pin_threads,
+                });
+            }
+            return Ok(layouts);
+        }
         for cpu in 0..config.cpus {
             let qid = qid(cpu)?;
             let (registered, siblings_registered) = mpsc::channel();

@@ -479,7 +479,7 @@ pub(crate) fn start_per_cpu_queues<H: Handler>(
 }
 
 fn validate(config: &UringConfig) -> Result<(), UringError> {
-    // A thread per entry: a deep queue is that many threads per CPU.
+    // With a thread per entry, a deep queue is that many threads per CPU.
     if config.queue_depth == 0 || config.queue_depth > 64 {
         return Err(UringError::Config(format!(
             "queue depth {} is outside 1..=64",

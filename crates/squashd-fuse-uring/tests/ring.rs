@@ -48,13 +48,19 @@ fn check_big(bytes: &[u8], offset: u64) {
     }
 }
 
-/// A mount served over the ring (two entries per CPU's queue) with /slow's READ held in its
-/// handler, and the thread reading it (on `cpu`, if given).
+/// A mount served over the ring (two entries per CPU's queue, a thread each) with /slow's READ
+/// held in its handler, and the thread reading it (on `cpu`, if given).
 fn ring_mount_with_a_slow_read(cpu: Option<usize>) -> (TestMount, JoinHandle<io::Result<usize>>) {
+    ring_mount_with_a_slow_read_with(&TestMount::config(2), cpu)
+}
+
+/// [`ring_mount_with_a_slow_read`] with `config`.
+fn ring_mount_with_a_slow_read_with(
+    config: &UringConfig,
+    cpu: Option<usize>,
+) -> (TestMount, JoinHandle<io::Result<usize>>) {
     let mut mount = TestMount::mount(true, 1);
-    mount
-        .start_ring(&TestMount::config(2))
-        .expect("start the ring transport");
+    mount.start_ring(config).expect("start the ring transport");
     let slow = mount.path().join("slow");
     let read = move || File::open(slow).and_then(|mut f| f.read(&mut [0u8; 16]));
     let reader = match cpu {
@@ -276,6 +282,96 @@ fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
     assert!(
         !slow_reader.is_finished() && waited < SLOW_READ / 2,
         "the small read waited {waited:?} behind the slow one"
+    );
+    assert_eq!(
+        slow_reader.join().expect("slow reader").expect("slow read"),
+        16
+    );
+    mount.unmount(MntFlags::empty());
+    let transport = mount.transport.take().expect("transport");
+    assert!(transport.wait_finished(BOUND), "every queue thread ends");
+    let end = transport.shutdown();
+    assert!(end.errors.is_empty(), "{end:?}");
+}
+
+/// The names of this process's threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("list this process's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_string())
+        .collect()
+}
+
+#[test]
+fn one_thread_per_cpu_holds_all_of_its_queues_entries() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // Queue threads of the tests before (a transport dropped with its mount) end by themselves.
+    let deadline = Instant::now() + BOUND;
+    while thread_names().iter().any(|n| n.starts_with("fuse-uring")) {
+        assert!(Instant::now() < deadline, "{:?}", thread_names());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let depth = 4;
+    let config = TestMount::config(depth).one_thread_per_cpu();
+    let (mount, ring) = TestMount::mount_with_ring(&config, 1);
+    ring.expect("prepare and register the ring transport");
+    let transport = mount.transport.as_ref().expect("transport");
+    assert_eq!(transport.stats().entries, cpus() * depth as usize);
+    // One queue thread per CPU (`fuse-uring-N`), and none of a thread per entry (`.K`).
+    let names = thread_names();
+    for cpu in 0..cpus() {
+        let name = format!("fuse-uring-{cpu}");
+        assert_eq!(names.iter().filter(|n| **n == name).count(), 1, "{names:?}");
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("fuse-uring-") && n.contains('.')),
+        "{names:?}"
+    );
+
+    // More readers on each CPU than its queue has entries: every read comes back right.
+    let readers: Vec<_> = (0..cpus() * 2 * depth as usize)
+        .map(|k| {
+            let path = mount.path().join("big");
+            on_cpu(k % cpus(), move || {
+                let mut whole = Vec::new();
+                File::open(&path)
+                    .and_then(|mut f| f.read_to_end(&mut whole))
+                    .expect("read /big");
+                whole
+            })
+        })
+        .collect();
+    for reader in readers {
+        let whole = reader.join().expect("reader");
+        assert_eq!(whole.len() as u64, BIG_SIZE);
+        check_big(&whole, 0);
+    }
+    let stats = transport.stats();
+    assert!(stats.requests() > 0, "{stats:?}");
+    mount.unmount_ring();
+}
+
+#[test]
+fn one_thread_per_cpu_answers_its_queues_requests_in_turn() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // The trade: with one thread holding every entry of CPU 0's queue, a request of that CPU
+    // waits for the one the thread is answering (why a file system whose answers may wait
+    // keeps a thread per entry: `a_slow_request_holds_only_its_own_entry_of_a_cpus_queue`).
+    let config = TestMount::config(2).one_thread_per_cpu();
+    let (mut mount, slow_reader) = ring_mount_with_a_slow_read_with(&config, Some(0));
+    let small = mount.path().join("small");
+    let started = Instant::now();
+    let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));
+    assert_eq!(small_read.join().expect("small reader"), SMALL_CONTENT);
+    let waited = started.elapsed();
+    assert!(
+        slow_reader.is_finished() && waited >= SLOW_READ / 2,
+        "the small read was answered in {waited:?}, beside the slow one"
     );
     assert_eq!(
         slow_reader.join().expect("slow reader").expect("slow read"),

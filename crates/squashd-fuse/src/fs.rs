@@ -99,6 +99,11 @@ impl SquashFs {
         }
     }
 
+    /// Whether a read of the image may wait for a network (a remote image).
+    pub fn may_stall(&self) -> bool {
+        self.tree.image().may_stall()
+    }
+
     /// A request that walks the tree: the first one starts reading the metadata ahead.
     fn dir_request(&self) {
         self.touch();

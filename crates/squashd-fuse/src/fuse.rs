@@ -101,6 +101,11 @@ impl FuseFilesystem for FuseAdapter {
         }
     }
 
+    /// A remote image's reads wait for the network; a local one's for a disk at most.
+    fn answers_may_wait(&self) -> bool {
+        self.fs.may_stall()
+    }
+
     fn lookup(&self, ctx: &RequestContext, parent: INodeNo, name: &OsStr) -> FsResult<Entry> {
         self.admit(ctx)?;
         self.fs.lookup(parent, name)

@@ -232,6 +232,12 @@ impl FuseFilesystem for BlobFs {
         }
     }
 
+    /// A request thread may ask EROFS to read ahead (a block fill), which reads the blob through
+    /// this same connection, and waits for that while its requests are answered by others.
+    fn answers_may_wait(&self) -> bool {
+        true
+    }
+
     fn lookup(&self, _ctx: &RequestContext, parent: INodeNo, name: &OsStr) -> FsResult<Entry> {
         if parent.0 != ROOT {
             return Err(Errno::ENOENT.into());

@@ -690,3 +690,56 @@ fn an_open_fetches_the_images_tail_beside_its_start_unless_told_not_to() {
     assert!(!ranges.contains(&tail), "{ranges:?}");
     assert_eq!(ranges.len(), 2, "{ranges:?}");
 }
+
+#[test]
+fn a_remote_mount_over_the_ring_keeps_a_thread_per_entry() {
+    // A read of a remote image may wait for the network: its ring must keep a thread per entry
+    // (two per CPU), so that a waiting read holds up no other request of its CPU, where a local
+    // image's grows one thread per CPU holding sixteen entries.
+    if !testkit::can_mount() {
+        return;
+    }
+    let ring = match testkit::uring::RingOn::take() {
+        Ok(ring) => ring,
+        Err(reason) => return testkit::skip(&reason),
+    };
+    let (dir, _image, big, server) = served_data_image();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let socket = dir.path().join("ring.sock");
+    let opts = format!("uring=on,control={}", socket.display());
+    let out = squashd(&["mount", &server.url(), mnt.to_str().unwrap(), "-o", &opts]);
+    assert!(out.status.success(), "mount over HTTP: {}", stderr(&out));
+    let _guard = MountGuard(mnt.clone());
+    // Past the idle start: 400 lookups of names the image does not have, one request each.
+    for k in 0..400 {
+        assert!(fs::symlink_metadata(mnt.join(format!("nope-{k}"))).is_err());
+    }
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), big);
+    let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let cpus = possible
+        .trim()
+        .rsplit(['-', ','])
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        + 1;
+    let grown = (1 + u64::from(squashd_fuse::server::RING_QUEUE_DEPTH)) * cpus;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let entries = loop {
+        let out = squashd(&["status", "--socket", socket.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let image = &status["images"][0];
+        assert_eq!(image["transport"], "io-uring", "{status}");
+        let entries = image["ring_entries"].as_u64().unwrap();
+        if entries >= grown || Instant::now() > deadline {
+            break entries;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(entries, grown, "ring entries of the remote mount");
+    testkit::umount(&mnt);
+    drop(ring);
+}

@@ -247,6 +247,11 @@ impl Image {
         &self.inner.superblock
     }
 
+    /// Whether a read of the image may wait for a network ([`Source::may_stall`]).
+    pub fn may_stall(&self) -> bool {
+        self.inner.source.may_stall()
+    }
+
     /// The data block size in bytes: the unit files are stored, read and cached in.
     pub fn block_size(&self) -> u32 {
         self.inner.superblock.block_size

@@ -540,6 +540,10 @@ impl Source for VeritySource {
     /// too (unless they are all checked already): a region read ahead (an image's metadata on
     /// a mount's first walk) then finds its hash blocks read ahead with it, not one cold read
     /// each as the walk reaches them.
+    fn may_stall(&self) -> bool {
+        self.state.data.may_stall()
+    }
+
     fn will_need(&self, pos: u64, len: u64) {
         let state = &self.state;
         state

@@ -175,6 +175,15 @@ pub trait FuseFilesystem: Send + Sync + 'static {
 
     /// The connection is ending (the kernel sends DESTROY to block-device-backed mounts).
     fn destroy(&self) {}
+
+    /// Whether an answer may wait long: for requests of its own mount (a read ahead that goes
+    /// back through the same connection) or for a network. FUSE over io_uring then gives each
+    /// request thread one ring entry, so that a waiting answer holds up no other request;
+    /// otherwise one thread answers all the requests of a CPU, in batches
+    /// ([`squashd_fuse_uring::QueueThreads`]).
+    fn answers_may_wait(&self) -> bool {
+        false
+    }
 }
 
 /// Turns requests into calls of a [`FuseFilesystem`] and its answers into replies.

@@ -40,7 +40,8 @@ pub use mount::FuseMount;
 pub use reply::{DirentBuffer, ReadData, Reply};
 use ring::RingState;
 pub use ring::{
-    TransportInfo, TransportProbe, UringMode, RING_MAX_PAGES, RING_PER_CPU_AFTER, RING_QUEUE_DEPTH,
+    TransportInfo, TransportProbe, UringMode, RING_CPU_QUEUE_DEPTH, RING_MAX_PAGES,
+    RING_PER_CPU_AFTER, RING_QUEUE_DEPTH,
 };
 
 use std::io;

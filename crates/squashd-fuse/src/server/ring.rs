@@ -60,7 +60,9 @@ impl UringMode {
     }
 }
 
-/// Ring entries per CPU once a mount is busy: two, each with a thread of its own. A request
+/// Ring entries per CPU once a mount whose answers may wait
+/// ([`super::FuseFilesystem::answers_may_wait`]: the kernel path's blob file system) is busy:
+/// two, each with a thread of its own. A request
 /// issued on a CPU goes to that CPU's queue only, and one entry per CPU let a request that
 /// waits (a decompression, a read of the image from disk) hold up every other of its CPU while
 /// the other CPU's entry sat free (squashd-fuse-uring's test
@@ -69,6 +71,16 @@ impl UringMode {
 /// the largest read, resident once used, and a daemon serves dozens of images, so no deeper;
 /// the kernel queues the others of that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 2;
+
+/// Ring entries per CPU once any other mount is busy, all held by one thread per CPU
+/// ([`squashd_fuse_uring::QueueThreads::PerCpu`]), which answers the requests that came while it
+/// answered in one batch. Sixteen: a CPU running eight of sixteen parallel walkers (or readers)
+/// hands each of their requests to the thread at once, instead of the kernel holding them until
+/// an entry is answered (one thread with 8 entries walked usr with 16 walkers in 2.5-3.3 s, with
+/// 16 in 2.5-2.9 s: bench/results/2026-12-07-s14.md). Payload buffers are resident only once
+/// used, and the kernel gives a request to the entry answered last, so a mount with one or two
+/// readers keeps touching the same few.
+pub const RING_CPU_QUEUE_DEPTH: u32 = 16;
 
 /// Listing requests of one CPU's queue that may wait at once for another opener's fill of
 /// the same directory (squashd-fuse's `listings`): one fewer than the queue's per-CPU entries,
@@ -88,8 +100,9 @@ pub const RING_OWN_MOUNT_WAITS: usize = RING_QUEUE_DEPTH as usize;
 /// readiness probe's stat and listing of its root, an `ls`, a walk of a small service image)
 /// stays below it and so costs one thread and one ring instead of one per CPU; a walk or a read
 /// of any size passes it within its first few percent (a `find` of /usr/include: 4,019
-/// requests). `squashd status` shows the entries (`ring_entries`: CPUs while idle, three
-/// times that once busy, at depth 2).
+/// requests). `squashd status` shows the entries (`ring_entries`: one per CPU while idle, then
+/// [`RING_CPU_QUEUE_DEPTH`] more per CPU, or [`RING_QUEUE_DEPTH`] for a file system whose
+/// answers may wait).
 pub const RING_PER_CPU_AFTER: u64 = 256;
 
 /// How long a ring thread that just answered keeps looking for its next request before it
@@ -251,7 +264,13 @@ impl RingState {
             let handler = Arc::new(RingHandler {
                 dispatcher: dispatcher.clone(),
             });
-            UringConfig::for_init(RING_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
+            let config = if dispatcher.fs().answers_may_wait() {
+                UringConfig::for_init(RING_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
+            } else {
+                UringConfig::for_init(RING_CPU_QUEUE_DEPTH, MAX_WRITE, RING_MAX_PAGES)
+                    .map(UringConfig::one_thread_per_cpu)
+            };
+            config
                 .map(|config| config.idle_start(RING_PER_CPU_AFTER).spinning(RING_SPIN))
                 .and_then(|config| Transport::prepare(self.device.as_fd(), &config, handler))
                 .map_err(|e| tracing::warn!("{e}; serving over /dev/fuse instead"))

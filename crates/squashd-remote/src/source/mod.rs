@@ -395,6 +395,11 @@ impl squashd_core::source::Source for RemoteSource {
         Ok(self.shared.info.size)
     }
 
+    /// A read of a block not cached on disk waits for an HTTP request.
+    fn may_stall(&self) -> bool {
+        true
+    }
+
     fn will_need(&self, pos: u64, len: u64) {
         self.shared.queue_range(pos, len);
     }

@@ -54,15 +54,31 @@ fn idle_images_hold_one_ring_entry_per_cpu_and_a_busy_one_grows_per_cpu_queues()
     for k in 0..400 {
         assert!(fs::symlink_metadata(busy.join(format!("nope-{k}"))).is_err());
     }
-    // Its per-CPU queues (RING_QUEUE_DEPTH entries each, a thread per entry) come on top of
-    // the idle start's; the others stay idle.
-    let grown = (1 + u64::from(squashd_fuse::server::RING_QUEUE_DEPTH)) * cpus;
+    // Its per-CPU queues (RING_CPU_QUEUE_DEPTH entries each, one thread per CPU) come on top
+    // of the idle start's; the others stay idle.
+    let grown = (1 + u64::from(squashd_fuse::server::RING_CPU_QUEUE_DEPTH)) * cpus;
     let deadline = Instant::now() + Duration::from_secs(10);
     while ring_of(&daemon, busy).0 < grown && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (entries, memory) = ring_of(&daemon, busy);
     assert_eq!(entries, grown);
+    // One queue thread per CPU holds them all (`fuse-uring-N`; a thread per entry would add
+    // `fuse-uring-N.K`), beside each image's idle start thread (`fuse-uring`).
+    let names = thread_names(daemon.child.id());
+    let per_cpu = names.iter().filter(|n| is_cpu_queue_thread(n)).count();
+    assert_eq!(per_cpu as u64, cpus, "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("fuse-uring-") && n.contains('.')),
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| *n == "fuse-uring").count(),
+        images.len(),
+        "{names:?}"
+    );
     assert!(memory >= 2 * idle[0].1, "{memory} {idle:?}");
     for (_, _, mnt) in &images[1..] {
         assert_eq!(ring_of(&daemon, mnt), idle[1]);
@@ -82,4 +98,19 @@ fn idle_images_hold_one_ring_entry_per_cpu_and_a_busy_one_grows_per_cpu_queues()
     }
     daemon.terminate();
     drop(ring);
+}
+
+/// The names of process `pid`'s threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("list the daemon's threads");
+    tasks
+        .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_string())
+        .collect()
+}
+
+/// `fuse-uring-N`: the queue thread of CPU N.
+fn is_cpu_queue_thread(name: &str) -> bool {
+    name.strip_prefix("fuse-uring-")
+        .is_some_and(|cpu| !cpu.is_empty() && cpu.bytes().all(|b| b.is_ascii_digit()))
 }

@@ -1,8 +1,8 @@
-//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry, or
-//! every entry, of one CPU's queue, pinned to that CPU if asked, or the idle start's thread with one entry of
-//! every CPU's queue, which then follows its requests' CPUs), and its body: pin, wait for the
-//! go-ahead, enable the ring made for it, register the entries, serve them (`queue.rs`) until
-//! the kernel lets go of them.
+//! A queue thread: which ring entries it holds and where it runs ([`QueueLayout`]: one entry,
+//! or every entry, of one CPU's queue, pinned to that CPU if asked, or the idle start's thread
+//! with one entry of every CPU's queue, which then follows its requests' CPUs), and its body:
+//! pin, wait for the go-ahead, enable the ring made for it, register the entries, serve them
+//! (`queue.rs`) until the kernel lets go of them.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -50,10 +50,11 @@ impl QueueLayout {
     /// [`QueueThreads::PerCpu`] one thread per CPU with all of them; pinned to that CPU if
     /// `config.pin_threads`.
     ///
-    /// One thread per entry, not one thread per queue: a thread answers one request at a time,
-    /// and a request may wait (a decompression, a read of the image from disk). The kernel
-    /// gives a request to any free entry of its CPU's queue, so entries of a thread busy with
-    /// another request would hold theirs until it finished, while the CPU might be idle.
+    /// With a thread per entry (the default, [`QueueThreads::PerEntry`]), not one per queue: a
+    /// thread answers one request at a time, and a request may wait (a decompression, a read of
+    /// the image from disk). The kernel gives a request to any free entry of its CPU's queue, so
+    /// entries of a thread busy with another request would hold theirs until it finished, while
+    /// the CPU might be idle.
     ///
     /// When pinning, every thread is pinned, not only the first: the kernel queues a request on
     /// the CPU its requester runs on, and the requester sleeps there until the answer's commit

@@ -536,14 +536,15 @@ impl Source for VeritySource {
         Ok(self.state.params.data_len())
     }
 
-    /// Passes the hint to the data, and asks for the hash blocks that will check those bytes
-    /// too (unless they are all checked already): a region read ahead (an image's metadata on
-    /// a mount's first walk) then finds its hash blocks read ahead with it, not one cold read
-    /// each as the walk reaches them.
+    /// A verified image stalls where its data does.
     fn may_stall(&self) -> bool {
         self.state.data.may_stall()
     }
 
+    /// Passes the hint to the data, and asks for the hash blocks that will check those bytes
+    /// too (unless they are all checked already): a region read ahead (an image's metadata on
+    /// a mount's first walk) then finds its hash blocks read ahead with it, not one cold read
+    /// each as the walk reaches them.
     fn will_need(&self, pos: u64, len: u64) {
         let state = &self.state;
         state

@@ -61,15 +61,14 @@ impl UringMode {
 }
 
 /// Ring entries per CPU once a mount whose answers may wait
-/// ([`super::FuseFilesystem::answers_may_wait`]: the kernel path's blob file system) is busy:
-/// two, each with a thread of its own. A request
-/// issued on a CPU goes to that CPU's queue only, and one entry per CPU let a request that
-/// waits (a decompression, a read of the image from disk) hold up every other of its CPU while
-/// the other CPU's entry sat free (squashd-fuse-uring's test
-/// `a_slow_request_holds_only_its_own_entry_of_a_cpus_queue`). Two per CPU let one wait while
-/// another is answered. Each entry holds a payload buffer for
-/// the largest read, resident once used, and a daemon serves dozens of images, so no deeper;
-/// the kernel queues the others of that CPU until one is answered.
+/// ([`super::FuseFilesystem::answers_may_wait`]: the kernel path's blob file system, a remote
+/// image) is busy: two, each with a thread of its own. A request issued on a CPU goes to that
+/// CPU's queue only, and one entry per CPU let a request that waits (a decompression, a read of
+/// the image from disk) hold up every other of its CPU while the other CPU's entry sat free
+/// (squashd-fuse-uring's test `a_slow_request_holds_only_its_own_entry_of_a_cpus_queue`). Two
+/// per CPU let one wait while another is answered. Each entry holds a payload buffer for the
+/// largest read, resident once used, and a daemon serves dozens of images, so no deeper; the
+/// kernel queues the others of that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 2;
 
 /// Ring entries per CPU once any other mount is busy, all held by one thread per CPU
@@ -85,7 +84,10 @@ pub const RING_CPU_QUEUE_DEPTH: u32 = 16;
 /// Listing requests of one CPU's queue that may wait at once for another opener's fill of
 /// the same directory (squashd-fuse's `listings`): one fewer than the queue's per-CPU entries,
 /// so that a request that ends a fill always finds a free entry on its CPU even without the
-/// idle start's entry (a waiting request holds its entry and thread).
+/// idle start's entry (a waiting request holds its entry and thread). Only where each entry has
+/// a thread of its own (a remote image): a thread holding its whole queue must not wait, and
+/// holding such requests in their entries instead made parallel walkers list in step
+/// (bench/results/2026-12-07-s14.md, section 3).
 pub const RING_LISTING_WAITS: u32 = RING_QUEUE_DEPTH - 1;
 
 /// Request threads of a ring that may wait at once for requests of their own mount (a read

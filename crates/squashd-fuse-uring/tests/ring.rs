@@ -266,23 +266,18 @@ fn unmount_with_a_request_in_flight_does_not_hang() {
     println!("ended {:?} after the abort", started.elapsed());
 }
 
-#[test]
-fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
-    skip_unless_possible!();
-    let _uring = EnableUring::on();
-    // Both requests are issued on CPU 0, so both go to its queue, of two entries.
-    let (mut mount, slow_reader) = ring_mount_with_a_slow_read(Some(0));
+/// Over a ring made with `config` (two entries on CPU 0's queue), reads /small on CPU 0 while
+/// /slow's READ, also from CPU 0, is held in its handler: how long the small read took, and
+/// whether the slow one had ended by then. Both reads must come back right, and the transport
+/// must end cleanly at unmount.
+fn small_read_beside_a_slow_one(config: &UringConfig) -> (Duration, bool) {
+    let (mut mount, slow_reader) = ring_mount_with_a_slow_read_with(config, Some(0));
     let small = mount.path().join("small");
     let started = Instant::now();
     let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));
     assert_eq!(small_read.join().expect("small reader"), SMALL_CONTENT);
     let waited = started.elapsed();
-    // Answered while the slow READ (SLOW_READ long) still held the other entry: with one
-    // thread serving both entries, it waited for the slow one to be answered first.
-    assert!(
-        !slow_reader.is_finished() && waited < SLOW_READ / 2,
-        "the small read waited {waited:?} behind the slow one"
-    );
+    let slow_ended_first = slow_reader.is_finished();
     assert_eq!(
         slow_reader.join().expect("slow reader").expect("slow read"),
         16
@@ -292,6 +287,21 @@ fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
     assert!(transport.wait_finished(BOUND), "every queue thread ends");
     let end = transport.shutdown();
     assert!(end.errors.is_empty(), "{end:?}");
+    (waited, slow_ended_first)
+}
+
+#[test]
+fn a_slow_request_holds_only_its_own_entry_of_a_cpus_queue() {
+    skip_unless_possible!();
+    let _uring = EnableUring::on();
+    // Both requests are issued on CPU 0, so both go to its queue, of two entries.
+    let (waited, slow_ended_first) = small_read_beside_a_slow_one(&TestMount::config(2));
+    // Answered while the slow READ (SLOW_READ long) still held the other entry: with one
+    // thread serving both entries, it waited for the slow one to be answered first.
+    assert!(
+        !slow_ended_first && waited < SLOW_READ / 2,
+        "the small read waited {waited:?} behind the slow one"
+    );
 }
 
 /// The names of this process's threads.
@@ -363,25 +373,11 @@ fn one_thread_per_cpu_answers_its_queues_requests_in_turn() {
     // waits for the one the thread is answering (why a file system whose answers may wait
     // keeps a thread per entry: `a_slow_request_holds_only_its_own_entry_of_a_cpus_queue`).
     let config = TestMount::config(2).one_thread_per_cpu();
-    let (mut mount, slow_reader) = ring_mount_with_a_slow_read_with(&config, Some(0));
-    let small = mount.path().join("small");
-    let started = Instant::now();
-    let small_read = on_cpu(0, move || std::fs::read(small).expect("read /small"));
-    assert_eq!(small_read.join().expect("small reader"), SMALL_CONTENT);
-    let waited = started.elapsed();
+    let (waited, slow_ended_first) = small_read_beside_a_slow_one(&config);
     assert!(
-        slow_reader.is_finished() && waited >= SLOW_READ / 2,
+        slow_ended_first && waited >= SLOW_READ / 2,
         "the small read was answered in {waited:?}, beside the slow one"
     );
-    assert_eq!(
-        slow_reader.join().expect("slow reader").expect("slow read"),
-        16
-    );
-    mount.unmount(MntFlags::empty());
-    let transport = mount.transport.take().expect("transport");
-    assert!(transport.wait_finished(BOUND), "every queue thread ends");
-    let end = transport.shutdown();
-    assert!(end.errors.is_empty(), "{end:?}");
 }
 
 #[test]

@@ -332,8 +332,7 @@ fn one_thread_per_cpu_holds_all_of_its_queues_entries() {
     // One queue thread per CPU (`fuse-uring-N`), and none of a thread per entry (`.K`).
     let names = thread_names();
     for cpu in 0..cpus() {
-        let name = format!("fuse-uring-{cpu}");
-        assert_eq!(names.iter().filter(|n| **n == name).count(), 1, "{names:?}");
+        assert_eq!(threads_named(&format!("fuse-uring-{cpu}")), 1, "{names:?}");
     }
     assert!(
         !names
@@ -584,13 +583,9 @@ fn an_interrupted_read_comes_on_dev_fuse_and_is_answered_on_both_transports() {
     }
 }
 
-/// Thread ids of this process whose name is `name` (from /proc/self/task/*/comm).
+/// Threads of this process whose name is `name`.
 fn threads_named(name: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("list /proc/self/task")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == name)
-        .count()
+    thread_names().iter().filter(|comm| *comm == name).count()
 }
 
 #[test]

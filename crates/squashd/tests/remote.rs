@@ -716,15 +716,7 @@ fn a_remote_mount_over_the_ring_keeps_a_thread_per_entry() {
         assert!(fs::symlink_metadata(mnt.join(format!("nope-{k}"))).is_err());
     }
     assert_eq!(fs::read(mnt.join("big")).unwrap(), big);
-    let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let cpus = possible
-        .trim()
-        .rsplit(['-', ','])
-        .next()
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        + 1;
+    let cpus = testkit::uring::possible_cpus();
     let grown = (1 + u64::from(squashd_fuse::server::RING_QUEUE_DEPTH)) * cpus;
     let deadline = Instant::now() + Duration::from_secs(10);
     let entries = loop {

@@ -39,6 +39,15 @@ fn write_parameter(value: &str) {
     }
 }
 
+/// The number of possible CPUs (`/sys/devices/system/cpu/possible`): the kernel's number of
+/// ring queues, each of which gets its own entries.
+pub fn possible_cpus() -> u64 {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .expect("read /sys/devices/system/cpu/possible");
+    let last = list.trim().rsplit(['-', ',']).next().unwrap_or_default();
+    last.parse::<u64>().expect("the last possible CPU's number") + 1
+}
+
 /// Why the ring cannot be tested here, if it cannot.
 pub fn ring_unavailable() -> Option<String> {
     if !super::is_root() {

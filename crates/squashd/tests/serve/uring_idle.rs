@@ -5,14 +5,7 @@
 //! skipped.
 
 use super::*;
-use testkit::uring::RingOn;
-
-/// The number of possible CPUs (the kernel's number of ring queues).
-fn possible_cpus() -> u64 {
-    let list = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let last = list.trim().rsplit(['-', ',']).next().unwrap();
-    last.parse::<u64>().unwrap() + 1
-}
+use testkit::uring::{possible_cpus, RingOn};
 
 fn ring_of(daemon: &Daemon, mnt: &Path) -> (u64, u64) {
     let entry = daemon.image_status(mnt);
@@ -65,7 +58,8 @@ fn idle_images_hold_one_ring_entry_per_cpu_and_a_busy_one_grows_per_cpu_queues()
     assert_eq!(entries, grown);
     // One queue thread per CPU holds them all (`fuse-uring-N`; a thread per entry would add
     // `fuse-uring-N.K`), beside each image's idle start thread (`fuse-uring`).
-    let names = thread_names(daemon.child.id());
+    let pid = i32::try_from(daemon.child.id()).unwrap();
+    let names = thread_names(pid);
     let per_cpu = names.iter().filter(|n| is_cpu_queue_thread(n)).count();
     assert_eq!(per_cpu as u64, cpus, "{names:?}");
     assert!(
@@ -98,15 +92,6 @@ fn idle_images_hold_one_ring_entry_per_cpu_and_a_busy_one_grows_per_cpu_queues()
     }
     daemon.terminate();
     drop(ring);
-}
-
-/// The names of process `pid`'s threads.
-fn thread_names(pid: u32) -> Vec<String> {
-    let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("list the daemon's threads");
-    tasks
-        .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim_end().to_string())
-        .collect()
 }
 
 /// `fuse-uring-N`: the queue thread of CPU N.

@@ -26,13 +26,25 @@ impl std::fmt::Debug for BlobMount {
 
 impl BlobMount {
     /// Mounts an empty blob file system on `dir` (an existing directory, on any file system)
-    /// served by `threads` request threads, over FUSE over io_uring when the kernel offers it.
+    /// served by `threads` request threads, over /dev/fuse (see [`BlobMount::mount_with_uring`]).
     pub fn mount(dir: &Path, threads: usize) -> io::Result<BlobMount> {
         Self::mount_with_uring(dir, threads, UringMode::Auto)
     }
 
-    /// [`BlobMount::mount`], with FUSE over io_uring as `uring` says.
+    /// [`BlobMount::mount`], with FUSE over io_uring as `uring` says, except that `auto` keeps
+    /// /dev/fuse here.
+    ///
+    /// `auto` is meant to take the faster transport, and for this file system that is
+    /// /dev/fuse: over the ring its reads ran at 0.77-0.81x of /dev/fuse's (E2 on the kernel
+    /// path, bench/results/2026-12-07-s14.md), and none of the layouts tried closed that.
+    /// The ring's gain, walks, does not reach it: the metadata image goes into the page cache
+    /// in 1 MiB stores ([`crate::meta_file`]), so the kernel path's walks took the same time
+    /// over both. `on` still puts it on the ring.
     pub fn mount_with_uring(dir: &Path, threads: usize, uring: UringMode) -> io::Result<BlobMount> {
+        let uring = match uring {
+            UringMode::Auto => UringMode::Off,
+            chosen => chosen,
+        };
         let files = BlobFiles::new();
         let mount = FuseMount {
             fsname: "squashd-blobs".into(),

@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 /// Whether a mount uses FUSE over io_uring.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum UringMode {
-    /// When the kernel offers it (`fuse.enable_uring=1`), else /dev/fuse.
+    /// When the kernel offers it (`fuse.enable_uring=1`), else /dev/fuse. The kernel path's
+    /// blob file system keeps /dev/fuse, its faster transport (`squashd_kernel::BlobMount`).
     Auto,
     /// Required: the mount fails unless the kernel offers it ([`UringMode::check`]).
     On,

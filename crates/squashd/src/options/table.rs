@@ -258,7 +258,8 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         // slower than /dev/fuse for cold walks and reads, and 69 images were ready later
         // (bench/results/2026-11-27-s11.md).
         default: DefaultValue::Value("off"),
-        help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it, on \
+        help: "FUSE over io_uring (Linux 6.14+): auto uses it when the kernel offers it (the \
+               kernel path's blob file system keeps /dev/fuse, where its reads are faster), on \
                refuses to mount without it, off keeps /dev/fuse; the admin enables it with \
                fuse.enable_uring=1 on the kernel command line or `echo 1 > \
                /sys/module/fuse/parameters/enable_uring`",

@@ -21,6 +21,39 @@ fn image_status(socket: &Path) -> serde_json::Value {
     images[0].clone()
 }
 
+/// Mounts `image` on a new scratch directory `name` with `options`, checks its walk against
+/// `expected`, and gives the mount's status (taken before it is unmounted again).
+fn walked_status(
+    built: &Built,
+    image: &Path,
+    name: &str,
+    options: &str,
+    expected: &[testkit::Record],
+) -> serde_json::Value {
+    let mnt = built.scratch(name);
+    let socket = built.scratch(&format!("{name}.sock"));
+    let guard = mount(
+        image,
+        &mnt,
+        &format!("{options},control={}", socket.display()),
+    );
+    if options.contains("fuse") {
+        assert_eq!(fs_type(&mnt).as_deref(), Some("fuse.squashd"), "{options}");
+    } else {
+        assert_eq!(fs_type(&mnt).as_deref(), Some("erofs"), "{options}");
+    }
+    testkit::assert_records_eq(
+        expected,
+        &testkit::walk_disk(&mnt),
+        &format!("squashd mount -o {options}"),
+    );
+    let status = image_status(&socket);
+    testkit::umount(&mnt);
+    wait_for_no_daemon(&mnt);
+    drop(guard);
+    status
+}
+
 #[test]
 fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     let Some(_uring) = ring_on() else {
@@ -33,19 +66,7 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     // The reference: unmounted when the test ends, also if it fails.
     let _reference = kernel.map(MountGuard);
 
-    let mnt = built.scratch("mnt-uring");
-    let socket = built.scratch("uring.sock");
-    let guard = mount(
-        &image,
-        &mnt,
-        &format!("fuse,uring=on,control={}", socket.display()),
-    );
-    testkit::assert_records_eq(
-        &expected,
-        &testkit::walk_disk(&mnt),
-        "squashd mount -o fuse,uring=on",
-    );
-    let status = image_status(&socket);
+    let status = walked_status(&built, &image, "mnt-uring", "fuse,uring=on", &expected);
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(
         status["ring_memory_bytes"].as_u64().unwrap() > 0,
@@ -54,34 +75,56 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     // The walk's lookups, listings and reads came over the ring, not /dev/fuse.
     let over_ring = status["ring_requests"].as_u64().unwrap();
     assert!(over_ring >= expected.len() as u64, "{status}");
-    testkit::umount(&mnt);
-    wait_for_no_daemon(&mnt);
-    drop(guard);
 
     // The kernel path (root's default) with uring=on: the blob file system takes the ring.
+    // can_mount_erofs prints the skip line when it says no.
     if !testkit::can_mount_erofs() {
         return;
     }
-    let mnt = built.scratch("mnt-uring-kernel");
-    let socket = built.scratch("uring-kernel.sock");
-    let guard = mount(
+    let status = walked_status(
+        &built,
         &image,
-        &mnt,
-        &format!("allow_other,uring=on,control={}", socket.display()),
-    );
-    assert_eq!(fs_type(&mnt).as_deref(), Some("erofs"));
-    testkit::assert_records_eq(
+        "mnt-uring-kernel",
+        "allow_other,uring=on",
         &expected,
-        &testkit::walk_disk(&mnt),
-        "squashd mount (kernel path) with the ring on",
     );
-    let status = image_status(&socket);
     assert_eq!(status["engine"], "kernel", "{status}");
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(status["ring_requests"].as_u64().unwrap() > 0, "{status}");
-    testkit::umount(&mnt);
-    wait_for_no_daemon(&mnt);
-    drop(guard);
+}
+
+/// `auto` takes the faster transport: the ring for a FUSE-path mount, /dev/fuse for the kernel
+/// path's blob file system, whose reads are slower over the ring.
+#[test]
+fn uring_auto_takes_the_ring_for_the_fuse_path_only() {
+    let Some(_uring) = ring_on() else {
+        return;
+    };
+    let built = Built::new(&TreeOptions::default());
+    let image = built.image("zstd", &["-comp", "zstd"]);
+    let (reference_root, kernel) = built.reference(&image, "zstd");
+    let expected = testkit::walk_disk(&reference_root);
+    let _reference = kernel.map(MountGuard);
+
+    let status = walked_status(&built, &image, "mnt-auto", "fuse,uring=auto", &expected);
+    assert_eq!(status["transport"], "io-uring", "{status}");
+    assert!(status["ring_requests"].as_u64().unwrap() > 0, "{status}");
+
+    // can_mount_erofs prints the skip line when it says no.
+    if !testkit::can_mount_erofs() {
+        return;
+    }
+    let status = walked_status(
+        &built,
+        &image,
+        "mnt-auto-kernel",
+        "allow_other,uring=auto",
+        &expected,
+    );
+    assert_eq!(status["engine"], "kernel", "{status}");
+    assert_eq!(status["transport"], "dev-fuse", "{status}");
+    assert_eq!(status["ring_requests"].as_u64(), Some(0), "{status}");
+    assert_eq!(status["ring_memory_bytes"].as_u64(), Some(0), "{status}");
 }
 
 #[test]

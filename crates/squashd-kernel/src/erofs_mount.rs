@@ -35,8 +35,9 @@ impl BlobMount {
     /// /dev/fuse here.
     ///
     /// `auto` is meant to take the faster transport, and for this file system that is
-    /// /dev/fuse: over the ring its reads ran at 0.77-0.81x of /dev/fuse's (E2 on the kernel
-    /// path, bench/results/2026-12-07-s14.md), and none of the layouts tried closed that.
+    /// /dev/fuse: over the ring E2's random 4 KiB reads on the kernel path ran at 0.81-0.90x
+    /// of /dev/fuse's (bench/results/2026-12-07-s14.md, -s15.md), and none of the layouts
+    /// tried closed that.
     /// The ring's gain, walks, does not reach it: the metadata image goes into the page cache
     /// in 1 MiB stores ([`crate::meta_file`]), so the kernel path's walks took the same time
     /// over both. `on` still puts it on the ring.

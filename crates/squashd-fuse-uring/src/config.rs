@@ -72,10 +72,10 @@ pub enum QueueThreads {
     /// busy goes to another's free entry, as over /dev/fuse, where any thread takes any request.
     /// Sixteen cold walkers of usr took 2.5-2.8 s with one thread holding 16 entries of its own
     /// queue, against 2.5-5.1 s with a thread per entry and 2.8-4.4 s over /dev/fuse
-    /// (bench/results/2026-12-07-s14.md); holding one entry of both queues instead was about
-    /// the same for 1 and 16 walkers, and faster for 2 to 8: 8 walkers 2.09 s against 2.66 s
-    /// (2026-12-07-s15.md). An answer that waits (a read of the image from disk) holds up the
-    /// thread's other entries: for file systems whose answers never wait long.
+    /// (bench/results/2026-12-07-s14.md); holding one entry of both queues instead was the same
+    /// for 1 walker, 5% slower for 16 and 10-14% faster for 2 to 8: 8 walkers 2.31 s against
+    /// 2.70 s (2026-12-07-s15.md, section 6). An answer that waits (a read of the image from
+    /// disk) holds up the thread's other entries: for file systems whose answers never wait long.
     PerCpu,
 }
 

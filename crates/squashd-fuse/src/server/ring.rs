@@ -77,10 +77,10 @@ pub const RING_QUEUE_DEPTH: u32 = 2;
 /// own CPU's queue and of the next ones, so that on two CPUs each queue has an entry of both
 /// threads). One: a request that comes while a thread answers goes to another thread's entry,
 /// or waits in the kernel until an entry is answered; the kernel then hands it over with that
-/// answer's commit. On the benchmark VM (2 CPUs, bench/results/2026-12-07-s15.md, section 6)
-/// 8 cold walkers of usr took 2.09 s this way against 2.66 s with 16 entries of the thread's
-/// own queue alone, 4 walkers 1.56 s against 1.73 s, and 1 or 16 walkers about the same. Two
-/// entries per queue were no faster.
+/// answer's commit. On the benchmark VM (2 CPUs, bench/results/2026-12-07-s15.md, section 6;
+/// medians of 11-30 interleaved rounds) cold walkers of usr took this way, against 16 entries
+/// of the thread's own queue alone: 1 walker 0.99 s (1.00), 2 walkers 1.01 s (1.12), 4 1.59 s
+/// (1.85), 8 2.31 s (2.70), 16 3.03 s (2.89). Two entries per queue were no faster.
 pub const RING_CPU_QUEUE_DEPTH: u32 = 1;
 
 /// Listing requests of one CPU's queue that may wait at once for another opener's fill of

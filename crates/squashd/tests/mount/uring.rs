@@ -54,17 +54,46 @@ fn walked_status(
     status
 }
 
+/// A zstd image of the default tree, its walk through the reference (the kernel's own mount of
+/// it where the test can mount, else unsquashfs's extraction), and the guard that unmounts
+/// that reference when the test ends, also if it fails.
+fn zstd_image_and_reference(built: &Built) -> (PathBuf, Vec<testkit::Record>, Option<MountGuard>) {
+    let image = built.image("zstd", &["-comp", "zstd"]);
+    let (reference_root, kernel) = built.reference(&image, "zstd");
+    let expected = testkit::walk_disk(&reference_root);
+    (image, expected, kernel.map(MountGuard))
+}
+
+/// The status of a kernel-path mount of `image` with `uring=` set to `uring`, walked and
+/// checked against `expected`; None (with the skip line printed) where EROFS cannot be mounted.
+fn kernel_path_status(
+    built: &Built,
+    image: &Path,
+    uring: &str,
+    expected: &[testkit::Record],
+) -> Option<serde_json::Value> {
+    if !testkit::can_mount_erofs() {
+        return None;
+    }
+    let name = format!("mnt-{uring}-kernel");
+    let status = walked_status(
+        built,
+        image,
+        &name,
+        &format!("allow_other,uring={uring}"),
+        expected,
+    );
+    assert_eq!(status["engine"], "kernel", "{status}");
+    Some(status)
+}
+
 #[test]
 fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     let Some(_uring) = ring_on() else {
         return;
     };
     let built = Built::new(&TreeOptions::default());
-    let image = built.image("zstd", &["-comp", "zstd"]);
-    let (reference_root, kernel) = built.reference(&image, "zstd");
-    let expected = testkit::walk_disk(&reference_root);
-    // The reference: unmounted when the test ends, also if it fails.
-    let _reference = kernel.map(MountGuard);
+    let (image, expected, _reference) = zstd_image_and_reference(&built);
 
     let status = walked_status(&built, &image, "mnt-uring", "fuse,uring=on", &expected);
     assert_eq!(status["transport"], "io-uring", "{status}");
@@ -77,18 +106,9 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     assert!(over_ring >= expected.len() as u64, "{status}");
 
     // The kernel path (root's default) with uring=on: the blob file system takes the ring.
-    // can_mount_erofs prints the skip line when it says no.
-    if !testkit::can_mount_erofs() {
+    let Some(status) = kernel_path_status(&built, &image, "on", &expected) else {
         return;
-    }
-    let status = walked_status(
-        &built,
-        &image,
-        "mnt-uring-kernel",
-        "allow_other,uring=on",
-        &expected,
-    );
-    assert_eq!(status["engine"], "kernel", "{status}");
+    };
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(status["ring_requests"].as_u64().unwrap() > 0, "{status}");
 }
@@ -101,27 +121,15 @@ fn uring_auto_takes_the_ring_for_the_fuse_path_only() {
         return;
     };
     let built = Built::new(&TreeOptions::default());
-    let image = built.image("zstd", &["-comp", "zstd"]);
-    let (reference_root, kernel) = built.reference(&image, "zstd");
-    let expected = testkit::walk_disk(&reference_root);
-    let _reference = kernel.map(MountGuard);
+    let (image, expected, _reference) = zstd_image_and_reference(&built);
 
     let status = walked_status(&built, &image, "mnt-auto", "fuse,uring=auto", &expected);
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(status["ring_requests"].as_u64().unwrap() > 0, "{status}");
 
-    // can_mount_erofs prints the skip line when it says no.
-    if !testkit::can_mount_erofs() {
+    let Some(status) = kernel_path_status(&built, &image, "auto", &expected) else {
         return;
-    }
-    let status = walked_status(
-        &built,
-        &image,
-        "mnt-auto-kernel",
-        "allow_other,uring=auto",
-        &expected,
-    );
-    assert_eq!(status["engine"], "kernel", "{status}");
+    };
     assert_eq!(status["transport"], "dev-fuse", "{status}");
     assert_eq!(status["ring_requests"].as_u64(), Some(0), "{status}");
     assert_eq!(status["ring_memory_bytes"].as_u64(), Some(0), "{status}");

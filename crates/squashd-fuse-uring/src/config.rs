@@ -13,8 +13,8 @@ pub struct UringConfig {
     /// Ring entries (requests in flight) per queue. 1 is enough for an idle image; with a
     /// thread per entry ([`QueueThreads::PerEntry`]) each more lets squashd answer one more
     /// request of that CPU while the others wait (for a decompression, a read from disk); with
-    /// one thread per CPU ([`QueueThreads::PerCpu`]) it is the entries each thread holds of each
-    /// of the queues it serves. At most 64.
+    /// one thread per CPU ([`QueueThreads::PerCpu`]) each more is one more request of that CPU
+    /// the thread takes in its next batch instead of the kernel holding it. At most 64.
     pub queue_depth: u32,
     /// Which threads answer the entries of a CPU's queue once the per-CPU queues run.
     pub threads: QueueThreads,
@@ -65,17 +65,13 @@ pub enum QueueThreads {
     /// thread that holds every entry of its CPU's queue would wait for itself) or for a network.
     #[default]
     PerEntry,
-    /// One thread (and one io_uring) per CPU, holding `queue_depth` entries of its own CPU's
-    /// queue and of the next CPUs' (up to 4 queues): the requests that came while it answered
-    /// are answered in one batch, their answers committed with one system call. Because other
-    /// CPUs' threads hold entries of the same queue, a request that comes while one thread is
-    /// busy goes to another's free entry, as over /dev/fuse, where any thread takes any request.
-    /// Sixteen cold walkers of usr took 2.5-2.8 s with one thread holding 16 entries of its own
-    /// queue, against 2.5-5.1 s with a thread per entry and 2.8-4.4 s over /dev/fuse
-    /// (bench/results/2026-12-07-s14.md); holding one entry of both queues instead was the same
-    /// for 1 walker, 5% slower for 16 and 10-14% faster for 2 to 8: 8 walkers 2.31 s against
-    /// 2.70 s (2026-12-07-s15.md, section 6). An answer that waits (a read of the image from
-    /// disk) holds up the thread's other entries: for file systems whose answers never wait long.
+    /// One thread (and one io_uring) per CPU holding every entry of that CPU's queue, as
+    /// libfuse does: the requests that came while it answered are answered in one batch, their
+    /// answers committed with one system call, and no other thread of the CPU is woken for them.
+    /// Sixteen cold walkers of usr took 2.5-2.8 s this way against 2.5-5.1 s with a thread per
+    /// entry and 2.8-4.4 s over /dev/fuse, and sent fewer requests
+    /// (bench/results/2026-12-07-s14.md). An answer that waits (a read of the image from disk)
+    /// holds up the CPU's other requests: for file systems whose answers never wait long.
     PerCpu,
 }
 
@@ -104,8 +100,8 @@ impl UringConfig {
         UringConfig { spin, ..self }
     }
 
-    /// This config with one thread per CPU holding entries of its own and the next CPUs' queues
-    /// (see [`QueueThreads::PerCpu`]).
+    /// This config with one thread per CPU answering every entry of its queue (see
+    /// [`QueueThreads::PerCpu`]).
     pub fn one_thread_per_cpu(self) -> UringConfig {
         UringConfig {
             threads: QueueThreads::PerCpu,
@@ -152,14 +148,11 @@ impl UringConfig {
 /// [`crate::Transport::memory`].
 pub fn ring_memory(config: &UringConfig) -> usize {
     // Each entry of a CPU's queue has a thread and a ring of its own, or the CPU's one thread
-    // has one ring for its entries of every queue it serves (`QueueLayout::per_cpu`).
+    // has one ring for all of them (`QueueLayout::per_cpu`).
     let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
     let per_cpu = match config.threads {
         QueueThreads::PerEntry => depth.saturating_mul(queue_memory(1, config.payload_size)),
-        QueueThreads::PerCpu => queue_memory(
-            depth.saturating_mul(config.cpus.min(crate::thread::QUEUES_PER_THREAD)),
-            config.payload_size,
-        ),
+        QueueThreads::PerCpu => queue_memory(depth, config.payload_size),
     }
     .saturating_mul(config.cpus);
     match config.per_cpu_after {
@@ -290,9 +283,10 @@ mod tests {
         assert_eq!(idle, memory + queue_memory(4, 128 << 10));
         assert!(queue_memory(4, 128 << 10) >= 4 * (128 << 10));
         assert!(queue_memory(4, 128 << 10) < 4 * (129 << 10));
-        // One thread per CPU: 2 entries of each of 4 queues per thread, one ring per thread.
+        // One thread per CPU: the same buffers, one ring per CPU instead of one per entry.
         let per_cpu = ring_memory(&config.one_thread_per_cpu());
-        assert_eq!(per_cpu, 4 * queue_memory(2 * 4, 128 << 10));
-        assert!(per_cpu >= 4 * 2 * 4 * (128 << 10));
+        assert_eq!(per_cpu, 4 * queue_memory(2, 128 << 10));
+        assert!(per_cpu >= 4 * 2 * (128 << 10));
+        assert!(per_cpu <= memory);
     }
 }

@@ -47,9 +47,9 @@ pub(crate) struct Queue {
     /// Whether this thread alone answers the requests of its queues: the idle start's, until
     /// the per-CPU threads start ([`crate::Request::queue_shared`]).
     alone: bool,
-    /// Whether this thread holds several entries ([`crate::QueueThreads::PerCpu`]): a request
-    /// that comes while it answers one may go to one of its own free entries
-    /// ([`crate::Request::queue_shared`]).
+    /// Whether this thread holds several entries of its CPU's queue
+    /// ([`crate::QueueThreads::PerCpu`]): a request of its queue that comes while it answers
+    /// one goes to one of its own free entries ([`crate::Request::queue_shared`]).
     whole_queue: bool,
     /// Whether this thread pins itself to each request's CPU as it answers (the idle start's,
     /// with [`crate::UringConfig::pin_threads`]).

@@ -23,16 +23,17 @@ pub struct Request<'a> {
     /// Ring entries held by the thread answering (0 on /dev/fuse): 1 for a per-CPU entry
     /// thread, whose handler may wait without holding up any other request (the other entries
     /// of its queue still take that queue's requests); one per CPU for the idle start's thread,
-    /// and several for a thread per CPU ([`crate::QueueThreads::PerCpu`]): both answer their
-    /// entries one after another, so that their handlers must not wait.
+    /// and the queue's depth for a thread that holds every entry of its CPU's queue
+    /// ([`crate::QueueThreads::PerCpu`]), which answer their entries one after another, so that
+    /// their handlers must not wait.
     pub thread_entries: usize,
     /// Whether other threads take requests of this request's queue while it is answered
     /// (true on /dev/fuse, whose request threads all take any request). False on the idle
-    /// start's thread before the per-CPU threads start, and on a thread that holds several
-    /// entries ([`crate::QueueThreads::PerCpu`]; the kernel may give the next request to one of
-    /// its free entries): its handler must then not wait for another request of its own mount
-    /// (a read ahead of the kernel path's EROFS reads the blob through the same connection),
-    /// which might come to this very thread.
+    /// start's thread before the per-CPU threads start, and on a thread that holds every entry
+    /// of its CPU's queue (the kernel gives the queue's next request to one of its free
+    /// entries): its handler must then not wait for another request of its own mount (a read
+    /// ahead of the kernel path's EROFS reads the blob through the same connection), which
+    /// nothing else would answer.
     pub queue_shared: bool,
 }
 

@@ -47,9 +47,8 @@ pub(crate) struct QueueLayout {
 
 impl QueueLayout {
     /// `config.queue_depth` threads per CPU, each with one entry of its CPU's queue, or with
-    /// [`QueueThreads::PerCpu`] one thread per CPU holding `config.queue_depth` entries of its
-    /// own CPU's queue and of the next ones ([`QUEUES_PER_THREAD`] in all); pinned to that CPU
-    /// if `config.pin_threads`.
+    /// [`QueueThreads::PerCpu`] one thread per CPU with all of them; pinned to that CPU if
+    /// `config.pin_threads`.
     ///
     /// With a thread per entry (the default, [`QueueThreads::PerEntry`]), not one per queue: a
     /// thread answers one request at a time, and a request may wait (a decompression, a read of
@@ -76,17 +75,11 @@ impl QueueLayout {
         let depth = usize::try_from(config.queue_depth).unwrap_or(usize::MAX);
         let mut layouts = Vec::new();
         if config.threads == QueueThreads::PerCpu {
-            let span = config.cpus.min(QUEUES_PER_THREAD);
             for cpu in 0..config.cpus {
-                let mut entry_qids = Vec::with_capacity(depth.saturating_mul(span));
-                for _ in 0..depth {
-                    for next in 0..span {
-                        entry_qids.push(qid((cpu + next) % config.cpus)?);
-                    }
-                }
+                let qid = qid(cpu)?;
                 layouts.push(QueueLayout {
-                    entry_qids,
-                    cpu: Some(qid(cpu)?),
+                    entry_qids: vec![qid; depth],
+                    cpu: Some(qid),
                     index: 0,
                     per_cpu_after: None,
                     siblings_registered: None,
@@ -178,14 +171,6 @@ impl QueueLayout {
         }
     }
 }
-
-/// How many CPUs' queues each thread of [`QueueThreads::PerCpu`] holds entries of: its own and
-/// the next ones. A request then goes to whichever of those threads has a free entry of its
-/// queue, and when the scheduler puts two requesters on one CPU, another CPU's thread answers
-/// the second. On two CPUs every thread holds both queues, which is all that was measured
-/// (bench/results/2026-12-07-s15.md); the bound keeps entries at 4 per thread and depth on
-/// hosts with many CPUs, instead of one per CPU.
-pub(crate) const QUEUES_PER_THREAD: usize = 4;
 
 fn qid(cpu: usize) -> Result<u16, UringError> {
     u16::try_from(cpu).map_err(|_| UringError::Config(format!("CPU {cpu}: too many queues")))

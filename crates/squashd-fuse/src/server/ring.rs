@@ -72,16 +72,15 @@ impl UringMode {
 /// kernel queues the others of that CPU until one is answered.
 pub const RING_QUEUE_DEPTH: u32 = 2;
 
-/// Ring entries each per-CPU thread holds of each queue it serves, once a mount is busy
-/// ([`squashd_fuse_uring::QueueThreads::PerCpu`]: one thread per CPU, each with entries of its
-/// own CPU's queue and of the next ones, so that on two CPUs each queue has an entry of both
-/// threads). One: a request that comes while a thread answers goes to another thread's entry,
-/// or waits in the kernel until an entry is answered; the kernel then hands it over with that
-/// answer's commit. On the benchmark VM (2 CPUs, bench/results/2026-12-07-s15.md, section 6;
-/// medians of 11-30 interleaved rounds) cold walkers of usr took this way, against 16 entries
-/// of the thread's own queue alone: 1 walker 0.99 s (1.00), 2 walkers 1.01 s (1.12), 4 1.59 s
-/// (1.85), 8 2.31 s (2.70), 16 3.03 s (2.89). Two entries per queue were no faster.
-pub const RING_CPU_QUEUE_DEPTH: u32 = 1;
+/// Ring entries per CPU once any other mount is busy, all held by one thread per CPU
+/// ([`squashd_fuse_uring::QueueThreads::PerCpu`]), which answers the requests that came while it
+/// answered in one batch. Sixteen: a CPU running eight of sixteen parallel walkers (or readers)
+/// hands each of their requests to the thread at once, instead of the kernel holding them until
+/// an entry is answered (one thread with 8 entries walked usr with 16 walkers in 2.5-3.3 s, with
+/// 16 in 2.5-2.9 s: bench/results/2026-12-07-s14.md). Payload buffers are resident only once
+/// used, and the kernel gives a request to the entry answered last, so a mount with one or two
+/// readers keeps touching the same few.
+pub const RING_CPU_QUEUE_DEPTH: u32 = 16;
 
 /// Listing requests of one CPU's queue that may wait at once for another opener's fill of
 /// the same directory (squashd-fuse's `listings`): one fewer than the queue's per-CPU entries,
@@ -105,8 +104,8 @@ pub const RING_OWN_MOUNT_WAITS: usize = RING_QUEUE_DEPTH as usize;
 /// stays below it and so costs one thread and one ring instead of one per CPU; a walk or a read
 /// of any size passes it within its first few percent (a `find` of /usr/include: 4,019
 /// requests). `squashd status` shows the entries (`ring_entries`: one per CPU while idle, then
-/// [`RING_CPU_QUEUE_DEPTH`] more per CPU for each queue a per-CPU thread serves (up to 4), or
-/// [`RING_QUEUE_DEPTH`] for a file system whose answers may wait).
+/// [`RING_CPU_QUEUE_DEPTH`] more per CPU, or [`RING_QUEUE_DEPTH`] for a file system whose
+/// answers may wait).
 pub const RING_PER_CPU_AFTER: u64 = 256;
 
 /// How long a ring thread that just answered keeps looking for its next request before it

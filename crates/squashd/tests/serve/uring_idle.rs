@@ -47,18 +47,16 @@ fn idle_images_hold_one_ring_entry_per_cpu_and_a_busy_one_grows_per_cpu_queues()
     for k in 0..400 {
         assert!(fs::symlink_metadata(busy.join(format!("nope-{k}"))).is_err());
     }
-    // Its per-CPU threads come on top of the idle start's entries: one per CPU, each with
-    // RING_CPU_QUEUE_DEPTH entries of its own CPU's queue and of the next CPUs' (up to 4 queues
-    // in all). The other images stay idle.
-    let depth = u64::from(squashd_fuse::server::RING_CPU_QUEUE_DEPTH);
-    let grown = cpus + cpus * depth * cpus.min(4);
+    // Its per-CPU queues (RING_CPU_QUEUE_DEPTH entries each, one thread per CPU) come on top
+    // of the idle start's; the others stay idle.
+    let grown = (1 + u64::from(squashd_fuse::server::RING_CPU_QUEUE_DEPTH)) * cpus;
     let deadline = Instant::now() + Duration::from_secs(10);
     while ring_of(&daemon, busy).0 < grown && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (entries, memory) = ring_of(&daemon, busy);
     assert_eq!(entries, grown);
-    // One queue thread per CPU holds them (`fuse-uring-N`; a thread per entry would add
+    // One queue thread per CPU holds them all (`fuse-uring-N`; a thread per entry would add
     // `fuse-uring-N.K`), beside each image's idle start thread (`fuse-uring`).
     let pid = i32::try_from(daemon.child.id()).unwrap();
     let names = thread_names(pid);

@@ -37,10 +37,9 @@ impl BlobMount {
     /// `auto` is meant to take the faster transport, and for this file system that is
     /// /dev/fuse: over the ring E2's random 4 KiB reads on the kernel path ran at 0.81-0.90x
     /// of /dev/fuse's (bench/results/2026-12-07-s14.md, -s15.md), and none of the layouts
-    /// tried closed that.
-    /// The ring's gain, walks, does not reach it: the metadata image goes into the page cache
-    /// in 1 MiB stores ([`crate::meta_file`]), so the kernel path's walks took the same time
-    /// over both. `on` still puts it on the ring.
+    /// tried closed that. The ring's gain, walks, does not reach it: the metadata image goes
+    /// into the page cache in 1 MiB stores ([`crate::meta_file`]), so the kernel path's walks
+    /// took the same time over both. `on` still puts it on the ring.
     pub fn mount_with_uring(dir: &Path, threads: usize, uring: UringMode) -> io::Result<BlobMount> {
         let uring = match uring {
             UringMode::Auto => UringMode::Off,

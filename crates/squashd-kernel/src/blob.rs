@@ -9,6 +9,7 @@ use squashd_core::read_ahead::{RandomSweep, ReadAheadPool, ReadState, SweepState
 use squashd_core::read_policy::ReadFor;
 use squashd_core::{Chunk, FileReader, Image, InodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The EROFS block size the blob is aligned to.
 pub const BLOB_BLOCK: u64 = 4096;
@@ -99,8 +100,28 @@ pub struct ReadAhead {
     pub bytes: u64,
 }
 
-/// Files kept open between reads of a blob.
-const OPEN_READERS: usize = 256;
+/// A file of the blob read lately: its reader, and where its reading stands.
+///
+/// Made at a file's first read and dropped with the least recently read (past
+/// [`Blob::OPEN_FILES`]), not one per file of the layout from the start: a blob of usr has 130k
+/// files, and a read state and a sweep state each took 53 MiB of them at every mount, read or
+/// not (bench/results/2026-12-07-s16.md). A file that comes back after that starts a new
+/// stream, as a FUSE-path file does when it is opened again.
+#[derive(Clone)]
+struct OpenFile {
+    /// Opening one reads its whole block list, which for a large file costs more than the
+    /// read it serves.
+    reader: FileReader,
+    /// Shared with read-ahead jobs in flight, which may outlive the entry.
+    state: Arc<FileState>,
+}
+
+/// Where one file's reading stands: its stream (for read-ahead) and its random sweep.
+#[derive(Debug, Default)]
+struct FileState {
+    reading: ReadState,
+    sweep: SweepState,
+}
 
 /// Jobs waiting for the read-ahead threads at most (a full queue drops new ones).
 const READ_AHEAD_QUEUE: usize = 64;
@@ -113,30 +134,33 @@ pub struct Blob {
     image: Image,
     layout: BlobLayout,
     read_ahead: ReadAheadPool,
-    /// Where each file's reading stands, by index in the layout.
-    reading: Vec<ReadState>,
-    /// Files opened recently, by index in the layout: opening one reads its whole block list,
-    /// which for a large file costs more than the read it serves.
-    readers: quick_cache::sync::Cache<usize, FileReader>,
+    /// Files read recently, by index in the layout.
+    open_files: quick_cache::sync::Cache<usize, OpenFile>,
     reads: AtomicU64,
     /// Of them, reads a fill caused (EROFS reading the rest of a block ahead).
     fill_reads: AtomicU64,
     /// Failed reads and the last one's error, counted as a FUSE mount counts them.
     probe: squashd_fuse::MountProbe,
     block_fill: BlockFill,
-    /// Blocks brought in beside random readers, and each file's sweep, by index in the layout.
+    /// Blocks brought in beside random readers (each file's sweep is in its [`FileState`]).
     sweep: RandomSweep,
-    sweeps: Vec<SweepState>,
     /// The sweep's workers, and the blocks they decompressed for EROFS.
     swept: BlobSweep,
 }
 
 impl Blob {
+    /// Files kept open between reads of a blob, with where their reading stands: the least
+    /// recently read go past that.
+    pub const OPEN_FILES: usize = 256;
+
+    /// Files open now (read lately): [`Blob::OPEN_FILES`] at most, none before the first read.
+    pub fn open_files(&self) -> usize {
+        self.open_files.len()
+    }
+
     /// The blob of `image` laid out as `layout`, reading ahead as `read_ahead` says.
     pub fn new(image: Image, layout: BlobLayout, read_ahead: ReadAhead) -> Self {
         let window = read_ahead.bytes / u64::from(image.block_size().max(1));
-        let reading = layout.files.iter().map(|_| ReadState::default()).collect();
-        let sweeps = layout.files.iter().map(|_| SweepState::default()).collect();
         // A block per core per miss, not one less as on the FUSE path: here the reader's miss is
         // decompressed by a request thread while the reader waits, and a swept block reaches
         // EROFS only at the reader's next miss. Measured, three passes of fio's random map:
@@ -148,15 +172,13 @@ impl Blob {
             image,
             layout,
             read_ahead: ReadAheadPool::new(read_ahead.threads, window, READ_AHEAD_QUEUE),
-            reading,
-            readers: quick_cache::sync::Cache::new(OPEN_READERS),
+            open_files: quick_cache::sync::Cache::new(Self::OPEN_FILES),
             reads: AtomicU64::new(0),
             fill_reads: AtomicU64::new(0),
             probe: squashd_fuse::MountProbe::default(),
             block_fill: BlockFill::new(),
             swept: BlobSweep::new(sweep.per_miss() as usize),
             sweep,
-            sweeps,
         }
     }
 
@@ -241,8 +263,8 @@ impl Blob {
         {
             return None;
         }
-        let reader = match self.reader(index, file) {
-            Ok(reader) => reader,
+        let reader = match self.open(index, file) {
+            Ok(open) => open.reader,
             Err(e) => return Some(Err(e)),
         };
         let chunk = match reader.chunk_again(within / bs) {
@@ -263,11 +285,14 @@ impl Blob {
         &self.block_fill
     }
 
-    /// The reader of `file`, index `index` of the layout, kept open between reads.
-    fn reader(&self, index: usize, file: &BlobFile) -> squashd_core::Result<FileReader> {
-        self.readers.get_or_insert_with(&index, || {
+    /// `file`, index `index` of the layout, kept open between reads.
+    fn open(&self, index: usize, file: &BlobFile) -> squashd_core::Result<OpenFile> {
+        self.open_files.get_or_insert_with(&index, || {
             let inode = self.image.inode(file.inode)?;
-            self.image.open_file(&inode)
+            Ok(OpenFile {
+                reader: self.image.open_file(&inode)?,
+                state: Arc::default(),
+            })
         })
     }
 
@@ -279,11 +304,14 @@ impl Blob {
         let bs = u64::from(self.image.block_size().max(1));
         let mut ready: Option<Vec<FileBlock>> = None;
         for part in parts.iter().filter(|p| p.random) {
-            let (Some(file), Some(state)) =
-                (self.layout.files.get(part.file), self.sweeps.get(part.file))
-            else {
+            // The file was just read, so it is open; one dropped since has no sweep to add to.
+            let (Some(file), Some(open)) = (
+                self.layout.files.get(part.file),
+                self.open_files.peek(&part.file),
+            ) else {
                 continue;
             };
+            let state = &open.state.sweep;
             let Some(nid) = file.nid else {
                 continue;
             };
@@ -306,9 +334,7 @@ impl Blob {
                 Self::hand_over(&fill, file, c, bs);
             }
             swept_ready.retain(|b| b.0 != part.file);
-            let Ok(reader) = self.reader(part.file, file) else {
-                continue;
-            };
+            let reader = &open.reader;
             let mut taken = 0;
             for c in candidates {
                 if taken >= self.sweep.per_miss() {
@@ -318,7 +344,7 @@ impl Blob {
                 if self.swept.has((part.file, c)) || fill.holds(offset, len) {
                     continue;
                 }
-                if !self.swept.offer(&reader, (part.file, c)) {
+                if !self.swept.offer(reader, (part.file, c)) {
                     break;
                 }
                 self.sweep.swept(state, c);
@@ -384,19 +410,20 @@ impl Blob {
                 continue;
             }
             let n = rest.len().min((file.size - within) as usize);
-            let reader = self.reader(index, file)?;
+            let OpenFile { reader, state } = self.open(index, file)?;
             let bs = u64::from(reader.block_size().max(1));
             let first_block = start + within / bs * bs;
             let from_fill = self.block_fill.is_filling(first_block / BLOB_BLOCK);
             if from_fill && done == 0 {
                 self.fill_reads.fetch_add(1, Ordering::Relaxed);
             }
-            let read_for = match self.reading.get(index) {
-                Some(state) if !from_fill => ReadFor::Reader {
+            let read_for = if from_fill {
+                ReadFor::Fill
+            } else {
+                ReadFor::Reader {
                     read_ahead: &self.read_ahead,
-                    state,
-                },
-                _ => ReadFor::Fill,
+                    state: &state.reading,
+                }
             };
             let first_part = parts.len();
             let mut part = |chunk_index: u64, chunk: &Chunk| {

@@ -45,7 +45,8 @@ pub(crate) struct Queue {
     /// the stats).
     idle_start: bool,
     /// Whether this thread alone answers the requests of its queues: the idle start's, until
-    /// the per-CPU threads start ([`crate::Request::queue_shared`]).
+    /// one of the per-CPU threads it started has registered its entries
+    /// ([`crate::Request::queue_shared`]).
     alone: bool,
     /// Whether this thread holds several entries of its CPU's queue
     /// ([`crate::QueueThreads::PerCpu`]): a request of its queue that comes while it answers
@@ -258,6 +259,7 @@ impl Queue {
         let mut error = None;
         let mut answered = 0u64;
         let mut busy = busy;
+        let mut per_cpu_started = false;
         let mut spin = Spin::new(self.spin);
         while self.in_kernel.iter().any(|&held| held) {
             // Checked before each wait, not only after a completion: a transport stopped while
@@ -303,6 +305,15 @@ impl Queue {
                         break;
                     }
                 }
+            }
+            // The per-CPU threads register their entries on their own threads, after their start
+            // returned: this one answers alone (asks for no fill, waits in no listing) until one
+            // of them has, so that what it waits for has another thread to answer it.
+            if per_cpu_started
+                && self.alone
+                && shared.entries.load(Ordering::Relaxed) > self.entries.len()
+            {
+                self.alone = false;
             }
             completions.clear();
             completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
@@ -354,7 +365,7 @@ impl Queue {
             if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
                 if let Some((_, start)) = busy.take() {
                     match start() {
-                        Ok(()) => self.alone = false,
+                        Ok(()) => per_cpu_started = true,
                         Err(e) => {
                             error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
                         }

@@ -102,11 +102,11 @@ pub struct ReadAhead {
 
 /// A file of the blob read lately: its reader, and where its reading stands.
 ///
-/// Made at a file's first read and dropped with the least recently read (past
-/// [`Blob::OPEN_FILES`]), not one per file of the layout from the start: a blob of usr has 130k
-/// files, and a read state and a sweep state each took 53 MiB of them at every mount, read or
-/// not (bench/results/2026-12-07-s16.md). A file that comes back after that starts a new
-/// stream, as a FUSE-path file does when it is opened again.
+/// Made at a file's first read and dropped once [`Blob::OPEN_FILES`] others were read since,
+/// not one per file of the layout from the start: a blob of usr has 130k files, and a read
+/// state and a sweep state for each took 53 MiB at every mount, read or not
+/// (bench/results/2026-12-07-s16.md). A file that comes back after that starts a new stream,
+/// as a FUSE-path file does when it is opened again.
 #[derive(Clone)]
 struct OpenFile {
     /// Opening one reads its whole block list, which for a large file costs more than the
@@ -149,8 +149,8 @@ pub struct Blob {
 }
 
 impl Blob {
-    /// Files kept open between reads of a blob, with where their reading stands: the least
-    /// recently read go past that.
+    /// Files kept open between reads of a blob, with where their reading stands; past that
+    /// many, the least recently read is dropped.
     pub const OPEN_FILES: usize = 256;
 
     /// Files open now (read lately): [`Blob::OPEN_FILES`] at most, none before the first read.

@@ -103,6 +103,7 @@ mod detect;
 mod queue;
 mod reply;
 mod request;
+mod requesters;
 mod sqe;
 mod thread;
 mod transport;

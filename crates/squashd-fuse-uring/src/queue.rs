@@ -25,6 +25,7 @@ use crate::abi::{
 use crate::buffers::{QueueBuffers, RawBuffer};
 use crate::config::{queue_memory, sq_entries};
 use crate::reply::RingReply;
+use crate::requesters::RecentRequesters;
 use crate::thread::{QueueEnd, QueueLayout};
 use crate::transport::Shared;
 use crate::{Handler, Request, UringConfig, UringError};
@@ -64,6 +65,11 @@ pub(crate) struct Queue {
     lone_requester: bool,
     /// The CPU the idle start's thread pinned itself to last.
     pinned_to: Option<u16>,
+    /// A per-CPU thread's own CPU, where it pins itself while two or three requesters share
+    /// its queue, with the CPUs it may run on otherwise and who sent its last requests
+    /// ([`crate::requesters`]).
+    pins_while_shared: Option<(u16, nix::sched::CpuSet)>,
+    requesters: RecentRequesters,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
     /// commands carry its number, not a reference).
     _dev_fuse_owner: Arc<OwnedFd>,
@@ -128,6 +134,11 @@ impl Queue {
             follows_requests: layout.follows_requests(),
             spin: config.spin,
             pinned_to: None,
+            pins_while_shared: layout
+                .pins_while_shared()
+                .filter(|_| depth > 1)
+                .and_then(|cpu| Some((cpu, crate::thread::allowed_cpus()?))),
+            requesters: RecentRequesters::default(),
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
@@ -360,6 +371,7 @@ impl Queue {
                 }
                 answered += 1;
             }
+            self.follow_requesters();
             // Busy: start the per-CPU queues (once), after this batch's answers were queued
             // (they are submitted by the next wait, so starting threads delays no caller).
             if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
@@ -374,6 +386,25 @@ impl Queue {
             }
         }
         self.close(error)
+    }
+
+    /// Pins a per-CPU thread to its CPU, or lets it go, as the requesters of its last requests
+    /// say ([`RecentRequesters::pin_wanted`]): one system call when that changes.
+    fn follow_requesters(&mut self) {
+        let Some((cpu, allowed)) = &self.pins_while_shared else {
+            return;
+        };
+        match (self.requesters.pin_wanted(), self.pinned_to) {
+            (Some(true), None) => {
+                crate::thread::pin_to_cpu(usize::from(*cpu));
+                self.pinned_to = Some(*cpu);
+            }
+            (Some(false), Some(_)) => {
+                crate::thread::unpin(allowed);
+                self.pinned_to = None;
+            }
+            _ => {}
+        }
     }
 
     /// Spins for a request ([`Queue::spin_for_request`]) if no other thread of the transport is
@@ -455,6 +486,9 @@ impl Queue {
             return self.push_entry_cmd(index, CMD_COMMIT_AND_FETCH, commit_id);
         };
         self.lone_requester = in_header.pid == self.last_requester;
+        if self.pins_while_shared.is_some() {
+            self.requesters.note(in_header.pid);
+        }
         self.last_requester = in_header.pid;
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
         let idle_start = self.idle_start;

@@ -147,6 +147,12 @@ impl QueueLayout {
         self.cpu.filter(|_| self.pin)
     }
 
+    /// The CPU a per-CPU thread pins itself to while two or three requesters share its queue
+    /// ([`crate::requesters`]): its own, unless it is pinned there for good already.
+    pub(crate) fn pins_while_shared(&self) -> Option<u16> {
+        self.cpu.filter(|_| !self.pin && !self.is_idle_start())
+    }
+
     /// Whether the idle start's thread follows each request's CPU.
     pub(crate) fn follows_requests(&self) -> bool {
         self.pin && self.is_idle_start()
@@ -268,4 +274,14 @@ pub(crate) fn pin_to_cpu(cpu: usize) {
     if set.set(cpu).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
+}
+
+/// The CPUs the calling thread may run on now, to go back to after [`pin_to_cpu`].
+pub(crate) fn allowed_cpus() -> Option<nix::sched::CpuSet> {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()
+}
+
+/// Lets the calling thread run on `cpus` again.
+pub(crate) fn unpin(cpus: &nix::sched::CpuSet) {
+    let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus);
 }

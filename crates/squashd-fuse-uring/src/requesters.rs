@@ -2,15 +2,16 @@
 //!
 //! One thread holds every entry of its CPU's queue ([`crate::QueueThreads::PerCpu`]), so two
 //! requesters on that CPU are answered one after the other. Left to the scheduler, the thread
-//! often ran on the other CPU, and the two requesters stayed together on theirs while the other
-//! CPU's thread had nothing to do (2 cold walkers of usr over the ring: 1.28-1.40 s, against
-//! 1.12-1.21 s over /dev/fuse). Pinned to its CPU, the thread crowds the two requesters there,
-//! and the scheduler moves one of them to another CPU, whose own thread then answers it: 0.87-
-//! 0.90 s (bench/results/2026-12-07-s16.md, section 8). Pinned with one requester, the thread
-//! takes that requester's CPU instead of answering from the other one (one walker: 1.16-1.23 s
-//! pinned against 1.02-1.08 s); pinned with many, the CPU's requesters are answered in turn and
-//! move in step, each listing every directory (16 walkers: 4.6-5.8 s against 2.7-2.8 s). So
-//! the thread is pinned only while two or three requesters share its queue.
+//! often ran on the other CPU while the two requesters stayed together on theirs, and the other
+//! CPU's thread had nothing to do. Pinned to its CPU, the thread crowds the two requesters
+//! there, the scheduler moves one of them to another CPU, and that CPU's thread answers it.
+//! Measured on a 2-CPU VM (bench/results/2026-12-07-s16.md, section 8; medians of 5 rounds):
+//! 2 cold walkers of usr 0.94 s against 1.06 s unpinned, 4 walkers 1.52 s against 1.70 s.
+//! Pinned with one requester, the thread takes that requester's CPU instead of answering from
+//! the other one (one walker 1.16-1.23 s against 1.02-1.08 s); pinned with many, a CPU's
+//! requesters are answered in turn and move in step, each listing every directory (16 walkers
+//! 4.6-5.8 s against 2.6-3.2 s). So the thread is pinned only while two requesters share its
+//! queue, and let go with one or with four or more.
 
 /// Requests remembered: enough to see a CPU's walkers take turns, few enough to follow them when
 /// they move.

@@ -65,11 +65,13 @@ pub(crate) struct Queue {
     lone_requester: bool,
     /// The CPU the idle start's thread pinned itself to last.
     pinned_to: Option<u16>,
-    /// A per-CPU thread's own CPU, where it pins itself while two or three requesters share
-    /// its queue, with the CPUs it may run on otherwise and who sent its last requests
+    /// A per-CPU thread's own CPU, where it pins itself while two requesters share its queue
     /// ([`crate::requesters`]).
-    pins_while_shared: Option<(u16, nix::sched::CpuSet)>,
+    pins_while_shared: Option<u16>,
+    /// Who sent this thread's last requests.
     requesters: RecentRequesters,
+    /// The CPUs this thread ran on before it pinned itself while its queue was shared.
+    unpinned_cpus: Option<nix::sched::CpuSet>,
     /// The /dev/fuse descriptor the commands name, kept open as long as the queue is (the
     /// commands carry its number, not a reference).
     _dev_fuse_owner: Arc<OwnedFd>,
@@ -134,11 +136,11 @@ impl Queue {
             follows_requests: layout.follows_requests(),
             spin: config.spin,
             pinned_to: None,
-            pins_while_shared: layout
-                .pins_while_shared()
-                .filter(|_| depth > 1)
-                .and_then(|cpu| Some((cpu, crate::thread::allowed_cpus()?))),
+            // A thread with a single entry of its queue is never the one a second requester
+            // waits behind: the kernel gives that request another entry.
+            pins_while_shared: layout.pins_while_shared().filter(|_| depth > 1),
             requesters: RecentRequesters::default(),
+            unpinned_cpus: None,
             _dev_fuse_owner: Arc::clone(dev_fuse),
             dev_fuse: dev_fuse.as_raw_fd(),
             wake_fd: wake.as_raw_fd(),
@@ -391,19 +393,19 @@ impl Queue {
     /// Pins a per-CPU thread to its CPU, or lets it go, as the requesters of its last requests
     /// say ([`RecentRequesters::pin_wanted`]): one system call when that changes.
     fn follow_requesters(&mut self) {
-        let Some((cpu, allowed)) = &self.pins_while_shared else {
+        let Some(cpu) = self.pins_while_shared else {
             return;
         };
-        match (self.requesters.pin_wanted(), self.pinned_to) {
+        match (self.requesters.pin_wanted(), self.unpinned_cpus.take()) {
             (Some(true), None) => {
-                crate::thread::pin_to_cpu(usize::from(*cpu));
-                self.pinned_to = Some(*cpu);
+                // The thread's own set, read here: it may differ from its starter's.
+                if let Some(allowed) = crate::thread::allowed_cpus() {
+                    crate::thread::pin_to_cpu(usize::from(cpu));
+                    self.unpinned_cpus = Some(allowed);
+                }
             }
-            (Some(false), Some(_)) => {
-                crate::thread::unpin(allowed);
-                self.pinned_to = None;
-            }
-            _ => {}
+            (Some(false), Some(allowed)) => crate::thread::unpin(&allowed),
+            (_, unchanged) => self.unpinned_cpus = unchanged,
         }
     }
 

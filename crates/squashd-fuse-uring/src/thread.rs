@@ -147,7 +147,7 @@ impl QueueLayout {
         self.cpu.filter(|_| self.pin)
     }
 
-    /// The CPU a per-CPU thread pins itself to while two or three requesters share its queue
+    /// The CPU a per-CPU thread pins itself to while two requesters share its queue
     /// ([`crate::requesters`]): its own, unless it is pinned there for good already.
     pub(crate) fn pins_while_shared(&self) -> Option<u16> {
         self.cpu.filter(|_| !self.pin && !self.is_idle_start())

@@ -45,10 +45,6 @@ pub(crate) struct Queue {
     /// Whether this is the idle start's thread (entries of every CPU's queue, counted apart in
     /// the stats).
     idle_start: bool,
-    /// Whether this thread alone answers the requests of its queues: the idle start's, until
-    /// one of the per-CPU threads it started has registered its entries
-    /// ([`crate::Request::queue_shared`]).
-    alone: bool,
     /// Whether this thread holds several entries of its CPU's queue
     /// ([`crate::QueueThreads::PerCpu`]): a request of its queue that comes while it answers
     /// one goes to one of its own free entries ([`crate::Request::queue_shared`]).
@@ -129,7 +125,6 @@ impl Queue {
             label,
             entry_qids: layout.entry_qids().to_vec(),
             idle_start: layout.is_idle_start(),
-            alone: layout.is_idle_start(),
             whole_queue: !layout.is_idle_start() && depth > 1,
             last_requester: 0,
             lone_requester: false,
@@ -272,7 +267,6 @@ impl Queue {
         let mut error = None;
         let mut answered = 0u64;
         let mut busy = busy;
-        let mut per_cpu_started = false;
         let mut spin = Spin::new(self.spin);
         while self.in_kernel.iter().any(|&held| held) {
             // Checked before each wait, not only after a completion: a transport stopped while
@@ -318,15 +312,6 @@ impl Queue {
                         break;
                     }
                 }
-            }
-            // The per-CPU threads register their entries on their own threads, after their start
-            // returned: this one answers alone (asks for no fill, waits in no listing) until one
-            // of them has, so that what it waits for has another thread to answer it.
-            if per_cpu_started
-                && self.alone
-                && shared.entries.load(Ordering::Relaxed) > self.entries.len()
-            {
-                self.alone = false;
             }
             completions.clear();
             completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
@@ -378,11 +363,8 @@ impl Queue {
             // (they are submitted by the next wait, so starting threads delays no caller).
             if busy.as_ref().is_some_and(|(after, _)| answered >= *after) {
                 if let Some((_, start)) = busy.take() {
-                    match start() {
-                        Ok(()) => per_cpu_started = true,
-                        Err(e) => {
-                            error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
-                        }
+                    if let Err(e) = start() {
+                        error.get_or_insert(format!("start the per-CPU ring queues: {e}"));
                     }
                 }
             }
@@ -407,6 +389,15 @@ impl Queue {
             (Some(false), Some(allowed)) => crate::thread::unpin(&allowed),
             (_, unchanged) => self.unpinned_cpus = unchanged,
         }
+    }
+
+    /// Whether this thread alone answers the requests of its queues
+    /// ([`crate::Request::queue_shared`]): the idle start's, until one of the per-CPU threads it
+    /// started has registered its entries. They register on their own threads, after their
+    /// start returned; alone, this one asks for no fill and waits in no listing, since what it
+    /// would wait for would have no other thread to answer it.
+    fn alone(&self, shared: &Shared) -> bool {
+        self.idle_start && shared.entries.load(Ordering::Relaxed) <= self.entries.len()
     }
 
     /// Spins for a request ([`Queue::spin_for_request`]) if no other thread of the transport is
@@ -494,6 +485,7 @@ impl Queue {
         self.last_requester = in_header.pid;
         let (qid, dev_fuse, unique) = (self.qid(index), self.dev_fuse, in_header.unique);
         let idle_start = self.idle_start;
+        let alone = self.alone(shared);
         if self.follows_requests && self.pinned_to != Some(qid) {
             // Answer on the requester's CPU (the queue's): its wake-up then stays on that CPU.
             // Left to the scheduler, this thread answered whole walks from the other CPU, and
@@ -541,7 +533,7 @@ impl Queue {
                 payload: &self.request_payload,
                 queue: Some(usize::from(qid)),
                 thread_entries: entries_held,
-                queue_shared: !self.alone && !self.whole_queue,
+                queue_shared: !alone && !self.whole_queue,
             };
             let mut reply = RingReply::new(payload_out, Some(&mut commit_now));
             let outcome = catch_unwind(AssertUnwindSafe(|| handler.handle(&request, &mut reply)));

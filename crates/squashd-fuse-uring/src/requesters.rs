@@ -43,16 +43,19 @@ impl RecentRequesters {
         if self.recent.len() < WINDOW / 2 {
             return None;
         }
-        let mut distinct: Vec<u32> = Vec::with_capacity(4);
+        // Counted up to four, in place: this runs after every batch a thread answers.
+        let mut distinct = [0u32; 4];
+        let mut seen = 0;
         for &pid in &self.recent {
-            if !distinct.contains(&pid) {
-                distinct.push(pid);
-                if distinct.len() >= 4 {
+            if !distinct[..seen].contains(&pid) {
+                distinct[seen] = pid;
+                seen += 1;
+                if seen == distinct.len() {
                     break;
                 }
             }
         }
-        match distinct.len() {
+        match seen {
             2 => Some(true),
             3 => None,
             _ => Some(false),

@@ -62,6 +62,24 @@ fn zstd_image_and_reference(built: &Built) -> (PathBuf, Vec<testkit::Record>, Op
     (image, expected, kernel.map(MountGuard))
 }
 
+/// The status of a FUSE-path mount of `image` with `uring=` set to `uring`, walked and checked
+/// against `expected`.
+fn fuse_path_status(
+    built: &Built,
+    image: &Path,
+    uring: &str,
+    expected: &[testkit::Record],
+) -> serde_json::Value {
+    walked_status(
+        built,
+        image,
+        &format!("mnt-{uring}-fuse"),
+        &format!("fuse,uring={uring}"),
+        "fuse.squashd",
+        expected,
+    )
+}
+
 /// The status of a kernel-path mount of `image` with `uring=` set to `uring`, walked and
 /// checked against `expected`; None (with the skip line printed) where EROFS cannot be mounted.
 fn kernel_path_status(
@@ -94,14 +112,7 @@ fn uring_on_serves_the_fuse_path_and_the_blob_fs_over_the_ring() {
     let built = Built::new(&TreeOptions::default());
     let (image, expected, _reference) = zstd_image_and_reference(&built);
 
-    let status = walked_status(
-        &built,
-        &image,
-        "mnt-uring",
-        "fuse,uring=on",
-        "fuse.squashd",
-        &expected,
-    );
+    let status = fuse_path_status(&built, &image, "on", &expected);
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(
         status["ring_memory_bytes"].as_u64().unwrap() > 0,
@@ -129,14 +140,7 @@ fn uring_auto_takes_the_ring_for_the_fuse_path_only() {
     let built = Built::new(&TreeOptions::default());
     let (image, expected, _reference) = zstd_image_and_reference(&built);
 
-    let status = walked_status(
-        &built,
-        &image,
-        "mnt-auto",
-        "fuse,uring=auto",
-        "fuse.squashd",
-        &expected,
-    );
+    let status = fuse_path_status(&built, &image, "auto", &expected);
     assert_eq!(status["transport"], "io-uring", "{status}");
     assert!(status["ring_requests"].as_u64().unwrap() > 0, "{status}");
 
